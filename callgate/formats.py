@@ -54,17 +54,68 @@ def _frozen(d: Mapping[str, str]) -> Mapping[str, str]:
 # DSML (DeepSeek V3.2, V4) -- owned by the DSML work; see golden/dsml/FORMAT.md
 # =========================================================================================
 
+_DSML_BAR = "\uff5c"  # U+FF5C FULLWIDTH VERTICAL LINE, never the ASCII "|"
+_DSML = f"{_DSML_BAR}DSML{_DSML_BAR}"
+_DSML_BOS = f"<{_DSML_BAR}begin\u2581of\u2581sentence{_DSML_BAR}>"  # U+2581 LOWER ONE EIGHTH BLOCK
+_DSML_EOS = f"<{_DSML_BAR}end\u2581of\u2581sentence{_DSML_BAR}>"
+_DSML_TASKS = ("action", "query", "authority", "domain", "title", "read_url")
+
+
+def _dsml_token(name: str) -> str:
+    return f"<{_DSML_BAR}{name}{_DSML_BAR}>"
+
+
+def _dsml_markers(block: str, version_markers: Mapping[str, str]) -> Mapping[str, str]:
+    """The DSML call syntax, split at the points where a parser or grammar branches.
+
+    block    = "\\n\\n" block_open "\\n" invoke *("\\n" invoke) "\\n" block_close
+    invoke   = invoke_open NAME tag_end "\\n" (param *("\\n" param) | "") "\\n" invoke_close
+    param    = param_open KEY string_attr ("true" | "false") tag_end VALUE param_close
+    """
+    return _frozen(
+        {
+            "block": block,
+            "dsml": _DSML,
+            "call_prefix": "\n\n",
+            "block_open": f"<{_DSML}{block}>",
+            "block_close": f"</{_DSML}{block}>",
+            "invoke_open": f'<{_DSML}invoke name="',
+            "invoke_close": f"</{_DSML}invoke>",
+            "param_open": f'<{_DSML}parameter name="',
+            "string_attr": '" string="',
+            "param_close": f"</{_DSML}parameter>",
+            "tag_end": '">',
+            "user": _dsml_token("User"),
+            "assistant": _dsml_token("Assistant"),
+            **version_markers,
+        }
+    )
+
+
+def _dsml_special_tokens(*extra: str) -> tuple[str, ...]:
+    return (_DSML_BOS, _DSML_EOS, _dsml_token("User"), _dsml_token("Assistant"), "<think>", "</think>", _DSML, *extra)
+
+
 DSML_V32 = ToolCallFormat(
     name="dsml-v3.2",
     family="dsml",
     framing="deepseek-v3.2",
     argument_encoding="dsml-typed",
-    bos="<｜begin▁of▁sentence｜>",
-    eos="<｜end▁of▁sentence｜>",
-    call_trigger="\n\n<｜DSML｜function_calls>",
+    bos=_DSML_BOS,
+    eos=_DSML_EOS,
+    call_trigger=f"\n\n<{_DSML}function_calls>",
     reasoning_open="<think>",
     reasoning_close="</think>",
-    markers=_frozen({"block": "function_calls"}),
+    markers=_dsml_markers(
+        "function_calls",
+        {
+            "results_open": "<function_results>",
+            "results_close": "</function_results>",
+            "result_open": "<result>",
+            "result_close": "</result>",
+        },
+    ),
+    special_tokens=_dsml_special_tokens(),
 )
 
 DSML_V4 = ToolCallFormat(
@@ -72,12 +123,21 @@ DSML_V4 = ToolCallFormat(
     family="dsml",
     framing="deepseek-v4",
     argument_encoding="dsml-typed",
-    bos="<｜begin▁of▁sentence｜>",
-    eos="<｜end▁of▁sentence｜>",
-    call_trigger="\n\n<｜DSML｜tool_calls>",
+    bos=_DSML_BOS,
+    eos=_DSML_EOS,
+    call_trigger=f"\n\n<{_DSML}tool_calls>",
     reasoning_open="<think>",
     reasoning_close="</think>",
-    markers=_frozen({"block": "tool_calls"}),
+    markers=_dsml_markers(
+        "tool_calls",
+        {
+            "latest_reminder": _dsml_token("latest_reminder"),
+            "result_open": "<tool_result>",
+            "result_close": "</tool_result>",
+        },
+    ),
+    special_tokens=_dsml_special_tokens(_dsml_token("latest_reminder"), *(_dsml_token(t) for t in _DSML_TASKS)),
+    quick_tasks=_frozen({t: _dsml_token(t) for t in _DSML_TASKS}),
 )
 
 # =========================================================================================
