@@ -176,6 +176,41 @@ HERMES = ToolCallFormat(
 # llama3-json (Llama 3.1, 3.2) -- owned by the JSON-family work
 # =========================================================================================
 
+# Quick-instruction heads for formats without task tokens: a text instruction appended to
+# the user message (after `quick_task_join`), so the head shares the KV-cache prefix of the
+# main prompt up to the end of that message's text. Shared by llama3-json and mistral.
+TEXT_QUICK_TASKS: Mapping[str, str] = _frozen(
+    {
+        "action": "Decide whether answering the conversation above needs a web search. "
+        "Reply with exactly one word: Search or Answer.",
+        "query": "Write the web search queries that would best answer the conversation above, one per line.",
+        "authority": "Say how authoritative the sources for the conversation above must be. "
+        "Reply with exactly one word: low, medium or high.",
+        "domain": "Name the subject domain of the conversation above in at most three words.",
+        "title": "Write a short title (at most eight words) for the conversation above.",
+        "read_url": "List the URLs from the conversation above that should be opened and read, one per line, "
+        "or reply None.",
+    }
+)
+
+# Llama 3.1 tokenizer control tokens: the named ones and <|reserved_special_token_0..247|>.
+_LLAMA3_SPECIAL_TOKENS = (
+    "<|begin_of_text|>",
+    "<|end_of_text|>",
+    "<|start_header_id|>",
+    "<|end_header_id|>",
+    "<|eot_id|>",
+    "<|eom_id|>",
+    "<|python_tag|>",
+    "<|finetune_right_pad_id|>",
+    *(f"<|reserved_special_token_{i}|>" for i in range(248)),
+)
+
+# Renderer markers (golden/llama3-json/FORMAT.md sections 1-5, fixed_texts.json). A turn is
+# header_open ROLE header_close TEXT end_of_turn; a call turn's TEXT is
+# call_open NAME call_parameters json.dumps(arguments) call_close. Tools are
+# json.dumps(tool, indent=tools_indent) + tool_separator each, after the prefix of
+# `tools_position` ("user": first user message, the template default; "system").
 LLAMA3_JSON = ToolCallFormat(
     name="llama3-json",
     family="json",
@@ -186,11 +221,71 @@ LLAMA3_JSON = ToolCallFormat(
     call_trigger='{"name"',
     reasoning_open=None,
     reasoning_close=None,
+    markers=_frozen(
+        {
+            "header_open": "<|start_header_id|>",
+            "header_close": "<|end_header_id|>\n\n",
+            "end_of_turn": "<|eot_id|>",
+            "end_of_message": "<|eom_id|>",
+            "python_tag": "<|python_tag|>",
+            "tool_role": "ipython",
+            "call_open": '{"name": "',
+            "call_parameters": '", "parameters": ',
+            "call_close": "}",
+            "environment_line": "Environment: ipython\n",
+            "knowledge_line": "Cutting Knowledge Date: December 2023\n",
+            "date_prefix": "Today Date: ",
+            "date_suffix": "\n\n",
+            "today_date": "26 Jul 2024",
+            "tools_position": "user",
+            "tools_indent": "4",
+            "tool_separator": "\n\n",
+            "tools_in_user_prefix": "Given the following functions, please respond with a JSON for a function call "
+            "with its proper arguments that best answers the given prompt.\n\n"
+            'Respond in the format {"name": function name, "parameters": dictionary of argument name and its value}.'
+            "Do not use variables.\n\n",
+            "tools_in_system_prefix": "You have access to the following functions. To call a function, please "
+            "respond with JSON for a function call."
+            'Respond in the format {"name": function name, "parameters": dictionary of argument name and its value}.'
+            "Do not use variables.\n\n",
+            "quick_task_join": "\n\n",
+        }
+    ),
+    special_tokens=_LLAMA3_SPECIAL_TOKENS,
+    quick_tasks=TEXT_QUICK_TASKS,
 )
 
 # =========================================================================================
 # mistral (mistral-common v3 tekken) -- owned by the mistral work
 # =========================================================================================
+
+# mistral-common v3 tekken (golden/mistral/FORMAT.md sections 1-4). Layout:
+#   bos, then per turn: user [tools_open JSON tools_close] inst_open TEXT inst_close
+#   assistant TEXT eos | calls JSON-list eos ; tool results_open JSON results_close
+# Control tokens: the 20 named ones of tekken_240718 plus <SPECIAL_20..999>.
+_MISTRAL_SPECIAL_TOKENS = (
+    "<unk>",
+    "<s>",
+    "</s>",
+    "[INST]",
+    "[/INST]",
+    "[AVAILABLE_TOOLS]",
+    "[/AVAILABLE_TOOLS]",
+    "[TOOL_RESULTS]",
+    "[/TOOL_RESULTS]",
+    "[TOOL_CALLS]",
+    "[IMG]",
+    "<pad>",
+    "[IMG_BREAK]",
+    "[IMG_END]",
+    "[PREFIX]",
+    "[MIDDLE]",
+    "[SUFFIX]",
+    "[SYSTEM_PROMPT]",
+    "[/SYSTEM_PROMPT]",
+    "[TOOL_CONTENT]",
+    *(f"<SPECIAL_{i}>" for i in range(20, 1000)),
+)
 
 MISTRAL = ToolCallFormat(
     name="mistral",
@@ -202,6 +297,23 @@ MISTRAL = ToolCallFormat(
     call_trigger="[TOOL_CALLS]",
     reasoning_open=None,
     reasoning_close=None,
+    markers=_frozen(
+        {
+            "inst_open": "[INST]",
+            "inst_close": "[/INST]",
+            "tools_open": "[AVAILABLE_TOOLS]",
+            "tools_close": "[/AVAILABLE_TOOLS]",
+            "results_open": "[TOOL_RESULTS]",
+            "results_close": "[/TOOL_RESULTS]",
+            "calls": "[TOOL_CALLS]",
+            "message_join": "\n\n",
+            "call_id_pattern": "[a-zA-Z0-9]{9}",
+            "name_pattern": "[a-zA-Z0-9_-]{1,64}",
+            "quick_task_join": "\n\n",
+        }
+    ),
+    special_tokens=_MISTRAL_SPECIAL_TOKENS,
+    quick_tasks=TEXT_QUICK_TASKS,
     native_call_ids=True,
 )
 
