@@ -100,8 +100,6 @@ def _compile_neutral(fmt: ToolCallFormat) -> tuple[re.Pattern[str], re.Pattern[s
     dsml = fmt.markers["dsml"]
     tag = re.compile(f"<(?=(?:{'|'.join(reversed(after_lt))}))")
     return tag, re.compile(re.escape(bar) + f"(?={re.escape(dsml[1:])})")
-        re.escape(bar) + f"(?={re.escape(dsml[1:])})"
-    )
 
 
 def neutralize(fmt: ToolCallFormat, text: str) -> str:
