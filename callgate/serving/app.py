@@ -1,0 +1,110 @@
+"""The ASGI application: `create_app(settings, engine=..., validator=...)`.
+
+Knows: how the parts are wired (engine, validator, chat service, metrics, routes), the
+API-key check, and how every error reaches the client as OpenAI's error body.
+Does not know: how an engine or validator is built from the CLI (`__main__` does that),
+the chat flow, or the wire shapes.
+"""
+
+from __future__ import annotations
+
+import hmac
+import importlib
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI, Request, Response
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+
+from callgate.errors import AuthenticationError, CallgateError
+from callgate.serving.chat import ChatFailure, ChatService, Validator
+from callgate.serving.engine import Engine
+from callgate.serving.metrics import Metrics
+from callgate.serving.routes import build_router
+from callgate.serving.settings import Settings
+
+log = logging.getLogger("callgate.serving")
+
+_OPEN_PATHS = frozenset({"/health"})
+
+
+def create_app(settings: Settings, *, engine: Engine, validator: Validator | None = None) -> FastAPI:
+    """The server app. `validator` defaults to the HTTP validator at `settings.validator_url`
+    when set, else the built-in JSON-Schema validator. The engine is shut down with the app."""
+    metrics = Metrics()
+    service = ChatService(settings, engine, validator or default_validator(settings), metrics)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        yield
+        await engine.shutdown()
+
+    app = FastAPI(title="callgate", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.service = service
+    app.include_router(build_router(service, metrics))
+    _install_error_handlers(app)
+    _install_middleware(app, settings, metrics)
+    return app
+
+
+def default_validator(settings: Settings) -> Validator:
+    """HttpValidator(url) with --validator-url, else JsonSchemaValidator (callgate.serving.validation)."""
+    validation = importlib.import_module("callgate.serving.validation")
+    if settings.validator_url:
+        http: Validator = validation.HttpValidator(settings.validator_url, timeout_s=settings.validator_timeout_s)
+        return http
+    builtin: Validator = validation.JsonSchemaValidator()
+    return builtin
+
+
+def _install_middleware(app: FastAPI, settings: Settings, metrics: Metrics) -> None:
+    expected = f"Bearer {settings.api_key}".encode() if settings.api_key else None
+
+    @app.middleware("http")
+    async def auth_and_count(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+        path = request.url.path
+        if expected is not None and path not in _OPEN_PATHS:
+            given = request.headers.get("authorization", "").encode()
+            if not hmac.compare_digest(given, expected):
+                response: Response = _error(AuthenticationError("missing or invalid API key", code="invalid_api_key"))
+                metrics.request(_route_label(path), response.status_code)
+                return response
+        response = await call_next(request)
+        metrics.request(_route_label(path), response.status_code)
+        return response
+
+
+def _install_error_handlers(app: FastAPI) -> None:
+    async def callgate_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, CallgateError)
+        return _error(exc)
+
+    async def chat_failure(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, ChatFailure)
+        return JSONResponse(exc.body(), status_code=exc.error.status)
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        err = CallgateError(str(exc.detail))
+        err.status, err.error_type = exc.status_code, "invalid_request_error"
+        return _error(err)
+
+    async def unexpected(request: Request, exc: Exception) -> Response:
+        log.exception("unhandled error on %s", request.url.path)
+        return _error(CallgateError("internal server error", code="internal_error"))
+
+    app.add_exception_handler(CallgateError, callgate_error)
+    app.add_exception_handler(ChatFailure, chat_failure)
+    app.add_exception_handler(HTTPException, http_error)
+    app.add_exception_handler(Exception, unexpected)
+
+
+def _error(exc: CallgateError) -> JSONResponse:
+    return JSONResponse(exc.to_body(), status_code=exc.status)
+
+
+def _route_label(path: str) -> str:
+    known = ("/v1/chat/completions", "/v1/models", "/health", "/metrics")
+    return path if path in known else "other"

@@ -1,0 +1,604 @@
+"""The chat service: one validated chat request -> an OpenAI response or SSE stream.
+
+Knows: the order of work — admission, render (templates), count and bound the prompt,
+constrain (constraints), generate (Engine), parse (parsers), hand every candidate to the
+validator, run bounded repair rounds, answer — and which failures become which errors.
+Does not know: the web framework, pydantic, vllm, or any format's syntax.
+
+Policy:
+* A diagnostic other than `unknown_tool` (whose candidate still goes to the validator and
+  is rejected there) means the output held a call block that could not be read: 502
+  `model_output_error` with the diagnostic's code; streaming ends with an `error` event.
+* Every candidate gets a verdict before anything about it is sent. A round whose verdicts
+  are all `accepted` is the answer; otherwise the calls and the validator's errors are fed
+  back as tool results and the model tries again, at most `max_repairs` times; then 422.
+  Streaming sends text as it is generated and a round's tool calls only once all of that
+  round's verdicts are in (a rejected round's calls are never sent).
+* Leaving early (client gone, task cancelled) closes the engine stream and aborts the
+  request, shielded from cancellation, so its batch slot is always freed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import importlib
+import json
+import secrets
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import anyio
+
+from callgate import parsers, templates
+from callgate.errors import (
+    CallgateError,
+    InvalidRequestError,
+    ModelOutputError,
+    RateLimitError,
+    ToolCallRejectedError,
+)
+from callgate.serving import sse
+from callgate.serving.engine import ConstraintRef, Engine, GenerationRequest, SamplingParams
+from callgate.serving.metrics import Metrics
+from callgate.serving.protocol import (
+    ChatRequest,
+    candidate_dict,
+    chunk_dict,
+    completion_dict,
+    diagnostic_dict,
+    tool_call_dict,
+    usage_dict,
+)
+from callgate.serving.settings import Settings
+from callgate.types import (
+    Diagnostic,
+    DiagnosticEvent,
+    Event,
+    ParseResult,
+    ReasoningDelta,
+    TextDelta,
+    ToolCallCandidate,
+    arguments_json,
+)
+
+ADVISORY_CODES = frozenset({"unknown_tool"})
+
+
+class ChatFailure(Exception):
+    """A typed error plus the `callgate` block that explains it (raw output, verdicts)."""
+
+    def __init__(self, error: CallgateError, callgate: Mapping[str, Any]) -> None:
+        super().__init__(error.message)
+        self.error = error
+        self.callgate = dict(callgate)
+
+    def body(self) -> dict[str, Any]:
+        return {**self.error.to_body(), "callgate": self.callgate}
+
+
+class Admission:
+    """At most `running + queue` chat requests in flight; beyond that 429 at once."""
+
+    def __init__(self, running: int, queue: int, metrics: Metrics) -> None:
+        self._running = running
+        self._limit = running + queue
+        self._in_flight = 0
+        self._metrics = metrics
+
+    @property
+    def in_flight(self) -> int:
+        return self._in_flight
+
+    def acquire(self) -> None:
+        if self._in_flight >= self._limit:
+            raise RateLimitError(f"server busy: {self._in_flight} requests in flight, queue full; retry later")
+        self._in_flight += 1
+        self._report()
+
+    def release(self) -> None:
+        self._in_flight -= 1
+        self._report()
+
+    def _report(self) -> None:
+        self._metrics.admitted(self._in_flight, max(0, self._in_flight - self._running))
+
+
+@dataclass(slots=True)
+class _Usage:
+    prompt: int = 0
+    completion: int = 0
+    cached: int = 0
+
+    def dict(self) -> dict[str, Any]:
+        return usage_dict(self.prompt, self.completion, self.cached)
+
+
+@dataclass(frozen=True, slots=True)
+class _Prompt:
+    text: str
+    tokens: int
+    max_tokens: int
+    messages: int  # how many messages were rendered
+
+
+@dataclass(slots=True)
+class _Round:
+    """One generation: its parse result, finish reason and verdicts once known."""
+
+    index: int
+    result: ParseResult | None = None
+    finish_reason: str = "stop"
+    verdicts: list[Verdict] = field(default_factory=list)
+
+    @property
+    def accepted(self) -> bool:
+        return all(v.verdict == "accepted" for v in self.verdicts)
+
+
+class _Turn:
+    """The per-request state of one chat completion; created admitted, `close` frees it."""
+
+    def __init__(self, service: ChatService, req: ChatRequest, constraint: ConstraintRef | None) -> None:
+        self.service = service
+        self.req = req
+        self.constraint = constraint
+        self.completion_id = "chatcmpl-" + secrets.token_hex(12)
+        self.created = int(time.time())
+        self.started_s = time.monotonic()
+        self.usage = _Usage()
+        self.rounds: list[_Round] = []
+        self.messages: list[Mapping[str, Any]] = list(req.messages)
+        self.prompt: _Prompt | None = None
+        self._closed = False
+
+    @property
+    def max_repairs(self) -> int:
+        return self.service.settings.max_repairs if self.req.max_repairs is None else self.req.max_repairs
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self.service.admission.release()
+
+    def callgate_block(self) -> dict[str, Any]:
+        candidates: list[dict[str, Any]] = []
+        diagnostics: list[dict[str, Any]] = []
+        for rnd in self.rounds:
+            if rnd.result is None:
+                continue
+            for c, v in zip(rnd.result.candidates, rnd.verdicts, strict=False):
+                candidates.append({**candidate_dict(c), "round": rnd.index, "verdict": verdict_dict(v)})
+            diagnostics += [{**diagnostic_dict(d), "round": rnd.index} for d in rnd.result.diagnostics]
+        return {
+            "format": self.service.settings.format,
+            "constrained": self.constraint is not None,
+            "repairs": max(0, len(self.rounds) - 1),
+            "candidates": candidates,
+            "diagnostics": diagnostics,
+        }
+
+
+class ChatService:
+    """Runs chat completions against one engine and one validator."""
+
+    def __init__(self, settings: Settings, engine: Engine, validator: Validator, metrics: Metrics) -> None:
+        self.settings = settings
+        self.engine = engine
+        self.validator = validator
+        self.metrics = metrics
+        self.admission = Admission(settings.max_num_seqs, settings.max_queue, metrics)
+        self._vocabulary: dict[bytes, list[int]] | None = None
+
+    # ---- entry points -----------------------------------------------------------------
+
+    async def start(self, req: ChatRequest) -> _Turn:
+        """Admit the request (429 when full) and compile its constraint; the caller must
+        `close()` the returned turn (the response functions do it themselves)."""
+        self.admission.acquire()
+        try:
+            constraint = await self._constraint(req)
+            turn = _Turn(self, req, constraint)
+            await self._prompt(turn)  # fail fast: 400 for an oversized prompt before streaming
+            return turn
+        except BaseException:
+            self.admission.release()
+            raise
+
+    async def complete(self, turn: _Turn) -> dict[str, Any]:
+        """The non-streaming response. Raises ChatFailure / CallgateError."""
+        try:
+            while True:
+                rnd = _Round(len(turn.rounds))
+                turn.rounds.append(rnd)
+                async with contextlib.aclosing(self._generate(turn, rnd)) as events:
+                    async for _ in events:
+                        pass
+                self._raise_on_bad_output(turn, rnd)
+                await self._validate(turn, rnd)
+                if rnd.accepted:
+                    return self._response(turn, rnd)
+                self._next_round_or_reject(turn, rnd)
+        finally:
+            turn.close()
+
+    async def stream(self, turn: _Turn) -> AsyncGenerator[bytes, None]:
+        """SSE bytes of a streamed response, ending with `[DONE]`; errors become a terminal
+        `error` event. Closing the generator early aborts the generation."""
+        try:
+            yield sse.data_event(self._chunk(turn, {"role": "assistant", "content": ""}))
+            async for chunk in self._stream_rounds(turn):
+                yield chunk
+        except ChatFailure as exc:
+            yield sse.error_event(exc.body())
+        except CallgateError as exc:
+            yield sse.error_event(exc.to_body())
+        finally:
+            turn.close()
+        yield sse.DONE
+
+    # ---- rounds -------------------------------------------------------------------------
+
+    async def _stream_rounds(self, turn: _Turn) -> AsyncIterator[bytes]:
+        while True:
+            rnd = _Round(len(turn.rounds))
+            turn.rounds.append(rnd)
+            async with contextlib.aclosing(self._generate(turn, rnd)) as events:
+                async for batch in events:
+                    for delta in _visible_deltas(batch):
+                        yield sse.data_event(self._chunk(turn, delta))
+                    if any(
+                        isinstance(ev, DiagnosticEvent) and ev.diagnostic.code not in ADVISORY_CODES for ev in batch
+                    ):
+                        break  # the output is already unusable: stop generating
+            self._raise_on_bad_output(turn, rnd)
+            await self._validate(turn, rnd)
+            if rnd.accepted:
+                for chunk in self._final_chunks(turn, rnd):
+                    yield chunk
+                return
+            self._next_round_or_reject(turn, rnd)
+
+    async def _generate(self, turn: _Turn, rnd: _Round) -> AsyncGenerator[list[Event], None]:
+        """Parse events of one generation, delta by delta; fills `rnd.result`."""
+        prompt = await self._prompt(turn)
+        req = turn.req
+        parser = parsers.stream_parser(self.settings.format, req.tools, thinking=req.thinking)
+        request_id = f"{turn.completion_id}-{rnd.index}"
+        sampling = SamplingParams(prompt.max_tokens, req.temperature, req.top_p, req.seed, req.stop)
+        stream = self.engine.generate(GenerationRequest(request_id, prompt.text, sampling, turn.constraint))
+        finished = False
+        last_s = turn.started_s
+        base = (turn.usage.prompt, turn.usage.completion, turn.usage.cached)
+        try:
+            async for delta in stream:
+                now_s = time.monotonic()
+                if rnd.index == 0 and last_s == turn.started_s:
+                    self.metrics.first_token(now_s - last_s)
+                else:
+                    self.metrics.inter_token(now_s - last_s)
+                last_s = now_s
+                turn.usage = _Usage(
+                    base[0] + delta.prompt_tokens, base[1] + delta.completion_tokens, base[2] + delta.cached_tokens
+                )
+                if delta.finish_reason is not None:
+                    rnd.finish_reason = delta.finish_reason
+                    finished = True
+                events = parser.feed(delta.text)
+                if events:
+                    yield events
+            tail = parser.finish()
+            rnd.result = parser.result()
+            if tail:
+                yield tail
+        finally:
+            self.metrics.tokens(turn.usage.prompt - base[0], turn.usage.completion - base[1])
+            if rnd.result is None:
+                rnd.result = parser.result()
+            with anyio.CancelScope(shield=True):
+                await _close(stream)
+                if not finished:
+                    await self.engine.abort(request_id)
+
+    async def _prompt(self, turn: _Turn) -> _Prompt:
+        """The rendered, counted prompt of the turn's current messages (cached per round)."""
+        if turn.prompt is not None and turn.prompt.messages == len(turn.messages):
+            return turn.prompt
+        req = turn.req
+        tools = None if req.tool_choice == "none" else req.tools
+        text = templates.render(
+            self.settings.format,
+            turn.messages,
+            tools,
+            thinking=req.thinking,
+            reasoning_effort=req.reasoning_effort,
+        )
+        n = len(self.engine.tokenizer.encode(text))
+        context = self.engine.max_model_len
+        if n >= context:
+            raise InvalidRequestError(
+                f"messages: the prompt is {n} tokens; the model's context is {context} tokens",
+                param="messages",
+                code="context_length_exceeded",
+            )
+        if req.max_tokens is not None and n + req.max_tokens > context:
+            raise InvalidRequestError(
+                f"max_tokens: {req.max_tokens} + a {n}-token prompt exceed the model's context of {context} tokens",
+                param="max_tokens",
+                code="context_length_exceeded",
+            )
+        max_tokens = req.max_tokens or min(self.settings.limits.default_max_tokens, context - n)
+        turn.prompt = _Prompt(text, n, max_tokens, len(turn.messages))
+        return turn.prompt
+
+    async def _constraint(self, req: ChatRequest) -> ConstraintRef | None:
+        if not self.settings.constrained:
+            return None
+        # callgate.constraints is optional at this seam: without it the server runs unconstrained.
+        build_async = getattr(importlib.import_module("callgate.constraints"), "build_async", None)
+        if build_async is None:
+            return None
+        if self._vocabulary is None:
+            self._vocabulary = await anyio.to_thread.run_sync(self.engine.tokenizer.vocabulary)
+        constraint = await build_async(
+            self.settings.format,
+            req.tools,
+            req.tool_choice,
+            req.parallel_tool_calls,
+            req.response_format,
+            self._vocabulary,
+            timeout_s=self.settings.limits.grammar_timeout_s,
+        )
+        ref: ConstraintRef | None = None if constraint is None else constraint.ref()
+        return ref
+
+    # ---- validation and repair ----------------------------------------------------------
+
+    def _raise_on_bad_output(self, turn: _Turn, rnd: _Round) -> None:
+        assert rnd.result is not None
+        for d in rnd.result.diagnostics:
+            self.metrics.diagnostic(d.code)
+        fatal = _fatal(rnd.result.diagnostics)
+        if fatal is not None:
+            error = ModelOutputError(f"model output is not a well-formed call: {fatal.message}", code=fatal.code)
+            raise ChatFailure(error, {**turn.callgate_block(), "raw": _raw_output(rnd.result)})
+
+    async def _validate(self, turn: _Turn, rnd: _Round) -> None:
+        assert rnd.result is not None
+        rnd.verdicts = await validate_all(
+            self.validator,
+            turn.req,
+            rnd.result.candidates,
+            request_id=turn.completion_id,
+            model=self.settings.model_name,
+            fmt=self.settings.format,
+            constrained=turn.constraint is not None,
+        )
+        for v in rnd.verdicts:
+            self.metrics.verdict(v.verdict)
+
+    def _next_round_or_reject(self, turn: _Turn, rnd: _Round) -> None:
+        assert rnd.result is not None
+        if rnd.index >= turn.max_repairs:
+            rejected = sum(v.verdict != "accepted" for v in rnd.verdicts)
+            error = ToolCallRejectedError(
+                f"{rejected} tool call(s) rejected by the validator after {rnd.index} repair round(s)",
+                code="tool_call_rejected",
+            )
+            raise ChatFailure(error, turn.callgate_block())
+        self.metrics.repair()
+        turn.messages += repair_messages(rnd.result, rnd.verdicts)
+
+    # ---- response shapes ----------------------------------------------------------------
+
+    def _accepted_calls(self, rnd: _Round) -> list[dict[str, Any]]:
+        assert rnd.result is not None
+        return [
+            tool_call_dict(c.call_id, c.name, arguments_json(final_arguments(c, v)))
+            for c, v in zip(rnd.result.candidates, rnd.verdicts, strict=True)
+        ]
+
+    def _response(self, turn: _Turn, rnd: _Round) -> dict[str, Any]:
+        assert rnd.result is not None
+        calls = self._accepted_calls(rnd)
+        message: dict[str, Any] = {"role": "assistant", "content": rnd.result.content or (None if calls else "")}
+        if rnd.result.reasoning:
+            message["reasoning_content"] = rnd.result.reasoning
+        if calls:
+            message["tool_calls"] = calls
+        return completion_dict(
+            completion_id=turn.completion_id,
+            created=turn.created,
+            model=self.settings.model_name,
+            message=message,
+            finish_reason="tool_calls" if calls else _finish(rnd.finish_reason),
+            usage=turn.usage.dict(),
+            callgate=turn.callgate_block(),
+        )
+
+    def _final_chunks(self, turn: _Turn, rnd: _Round) -> list[bytes]:
+        calls = self._accepted_calls(rnd)
+        out: list[bytes] = []
+        for i, call in enumerate(calls):
+            head = {
+                "index": i,
+                "id": call["id"],
+                "type": "function",
+                "function": {"name": call["function"]["name"], "arguments": ""},
+            }
+            out.append(sse.data_event(self._chunk(turn, {"tool_calls": [head]})))
+            args = {"index": i, "function": {"arguments": call["function"]["arguments"]}}
+            out.append(sse.data_event(self._chunk(turn, {"tool_calls": [args]})))
+        finish = "tool_calls" if calls else _finish(rnd.finish_reason)
+        out.append(sse.data_event(self._chunk(turn, {}, finish_reason=finish, callgate=turn.callgate_block())))
+        if turn.req.include_usage:
+            out.append(sse.data_event(self._chunk(turn, None, usage=turn.usage.dict())))
+        return out
+
+    def _chunk(
+        self,
+        turn: _Turn,
+        delta: Mapping[str, Any] | None,
+        *,
+        finish_reason: str | None = None,
+        usage: Mapping[str, Any] | None = None,
+        callgate: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        return chunk_dict(
+            completion_id=turn.completion_id,
+            created=turn.created,
+            model=self.settings.model_name,
+            delta=delta,
+            finish_reason=finish_reason,
+            usage=usage,
+            callgate=callgate,
+        )
+
+
+async def _close(stream: AsyncIterator[Any]) -> None:
+    if isinstance(stream, AsyncGenerator):
+        await stream.aclose()
+
+
+def _visible_deltas(batch: list[Event]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for ev in batch:
+        if isinstance(ev, TextDelta) and ev.text:
+            out.append({"content": ev.text})
+        elif isinstance(ev, ReasoningDelta) and ev.text:
+            out.append({"reasoning_content": ev.text})
+    return out
+
+
+def _fatal(diagnostics: Sequence[Diagnostic]) -> Diagnostic | None:
+    return next((d for d in diagnostics if d.code not in ADVISORY_CODES), None)
+
+
+def _raw_output(result: ParseResult) -> dict[str, Any]:
+    return {"content": result.content, "reasoning": result.reasoning, "calls": [c.raw for c in result.candidates]}
+
+
+def _finish(reason: str) -> str:
+    return reason if reason in ("stop", "length") else "stop"
+
+
+# ---- the validator seam -------------------------------------------------------------------
+# Structural views of callgate.serving.validation's ValidationRequest / Verdict / Validator
+# (see the seams): any object with these fields and methods takes part.
+
+
+class Verdict(Protocol):
+    @property
+    def verdict(self) -> str: ...  # "accepted" | "rejected"
+
+    @property
+    def arguments(self) -> Mapping[str, Any] | None: ...  # normalised arguments, when accepted
+
+    @property
+    def errors(self) -> Sequence[Mapping[str, Any]]: ...  # [{path, message}], when rejected
+
+    @property
+    def retryable(self) -> bool: ...
+
+    @property
+    def validator(self) -> str: ...
+
+
+class Validator(Protocol):
+    """Raises ValidatorUnavailableError (503) when it cannot reach a verdict."""
+
+    async def validate(self, req: Any) -> Verdict: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ValidationEnvelope:
+    """What the validator gets for one candidate (field names per the seam)."""
+
+    request_id: str
+    call_id: str
+    tool: str
+    arguments: dict[str, Any]
+    raw: str
+    format: str
+    model: str
+    schema: Mapping[str, Any] | None  # None: the tool is not declared in the request
+    constrained: bool
+    idempotency_key: str
+
+
+def idempotency_key(request_id: str, call_id: str, arguments: Mapping[str, Any]) -> str:
+    """sha256 over the request id, call id and canonical arguments: a retry repeats it."""
+    canonical = json.dumps(arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256("\x00".join((request_id, call_id, canonical)).encode()).hexdigest()
+
+
+async def validate_all(
+    validator: Validator,
+    req: ChatRequest,
+    candidates: Sequence[ToolCallCandidate],
+    *,
+    request_id: str,
+    model: str,
+    fmt: str,
+    constrained: bool,
+) -> list[Verdict]:
+    """One verdict per candidate, asked concurrently, in candidate order. The first
+    failure (e.g. ValidatorUnavailableError) is raised once all have finished."""
+
+    async def one(c: ToolCallCandidate) -> Verdict:
+        envelope = ValidationEnvelope(
+            request_id=request_id,
+            call_id=c.call_id,
+            tool=c.name,
+            arguments=c.arguments,
+            raw=c.raw,
+            format=fmt,
+            model=model,
+            schema=req.schema_of(c.name),
+            constrained=constrained,
+            idempotency_key=idempotency_key(request_id, c.call_id, c.arguments),
+        )
+        return await validator.validate(envelope)
+
+    outcomes = await asyncio.gather(*(one(c) for c in candidates), return_exceptions=True)
+    for outcome in outcomes:
+        if isinstance(outcome, BaseException):
+            raise outcome
+    return [o for o in outcomes if not isinstance(o, BaseException)]
+
+
+def verdict_dict(v: Verdict) -> dict[str, Any]:
+    out: dict[str, Any] = {"verdict": v.verdict, "validator": v.validator}
+    if v.verdict == "accepted":
+        out["arguments"] = None if v.arguments is None else dict(v.arguments)
+    else:
+        out["errors"] = [dict(e) for e in v.errors]
+        out["retryable"] = v.retryable
+    return out
+
+
+def final_arguments(c: ToolCallCandidate, v: Verdict) -> dict[str, Any]:
+    """The validator's normalised arguments when it gave some, else the model's."""
+    return dict(v.arguments) if v.arguments is not None else c.arguments
+
+
+def repair_messages(result: ParseResult, verdicts: Sequence[Verdict]) -> list[dict[str, Any]]:
+    """The model's calls as an assistant turn plus one tool result per call: the
+    validator's errors for a rejected call, a note for an accepted one (nothing was
+    executed, so the whole set of calls must be written again)."""
+    calls = [tool_call_dict(c.call_id, c.name, arguments_json(c.arguments)) for c in result.candidates]
+    out: list[dict[str, Any]] = [{"role": "assistant", "content": result.content, "tool_calls": calls}]
+    for c, v in zip(result.candidates, verdicts, strict=True):
+        if v.verdict == "accepted":
+            note: dict[str, Any] = {"status": "valid", "note": "not executed; repeat this call with the corrected ones"}
+        else:
+            note = {
+                "status": "rejected",
+                "errors": [dict(e) for e in v.errors],
+                "note": "fix the arguments and call again",
+            }
+        out.append({"role": "tool", "tool_call_id": c.call_id, "content": json.dumps(note, ensure_ascii=False)})
+    return out

@@ -1,0 +1,107 @@
+"""HTTP routes: /v1/chat/completions, /v1/models, /health, /metrics.
+
+Knows: how a route reads its body (bounded), which service call answers it, how a
+non-streaming request is cancelled when its client disconnects, and how a stream is
+handed to the server with its slot released even if the stream never starts.
+Does not know: the chat flow (chat.py), the wire shapes (protocol.py), authentication and
+error rendering (app.py).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable
+from typing import Any
+
+import anyio
+from fastapi import APIRouter, Request, Response
+from fastapi.responses import JSONResponse, StreamingResponse
+from starlette.background import BackgroundTask
+
+from callgate.errors import NotFoundError, PayloadTooLargeError
+from callgate.serving import sse
+from callgate.serving.chat import ChatService
+from callgate.serving.metrics import CONTENT_TYPE, Metrics
+from callgate.serving.protocol import models_dict, parse_chat_request
+
+
+def build_router(service: ChatService, metrics: Metrics) -> APIRouter:
+    settings = service.settings
+    created = int(time.time())
+    router = APIRouter()
+
+    @router.post("/v1/chat/completions")
+    async def chat_completions(request: Request) -> Response:
+        body = await _read_body(request, settings.limits.max_body_bytes)
+        req = parse_chat_request(body, settings.limits)
+        if req.model is not None and req.model != settings.model_name:
+            raise NotFoundError(f"model: {req.model!r} is not served here", param="model", code="model_not_found")
+        turn = await service.start(req)
+        if req.stream:
+            return StreamingResponse(
+                service.stream(turn),
+                media_type=sse.MEDIA_TYPE,
+                headers=sse.HEADERS,
+                background=BackgroundTask(turn.close),
+            )
+        try:
+            result = await _unless_disconnected(request, service.complete(turn))
+        finally:
+            turn.close()
+        if result is None:
+            return Response(status_code=499)
+        return JSONResponse(result)
+
+    @router.get("/v1/models")
+    async def models() -> JSONResponse:
+        return JSONResponse(models_dict(settings.model_name, created, service.engine.max_model_len))
+
+    @router.get("/health")
+    async def health() -> JSONResponse:
+        return JSONResponse({"status": "ok", "in_flight": service.admission.in_flight})
+
+    @router.get("/metrics")
+    async def prometheus() -> Response:
+        return Response(metrics.render(), media_type=CONTENT_TYPE)
+
+    return router
+
+
+async def _read_body(request: Request, limit_bytes: int) -> bytes:
+    """The body, refusing (413) as soon as it is known to exceed `limit_bytes`."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit_bytes:
+        raise PayloadTooLargeError(f"request body is {declared} bytes; the limit is {limit_bytes}")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit_bytes:
+            raise PayloadTooLargeError(f"request body exceeds the limit of {limit_bytes} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def _unless_disconnected(request: Request, work: Awaitable[dict[str, Any]]) -> dict[str, Any] | None:
+    """Await `work`, cancelling it if the client disconnects first (then None)."""
+    outcome: dict[str, Any] = {}
+
+    async def run(scope: anyio.CancelScope) -> None:
+        try:
+            outcome["value"] = await work
+        except Exception as exc:  # re-raised below, outside the task group
+            outcome["error"] = exc
+        finally:
+            scope.cancel()
+
+    async def watch(scope: anyio.CancelScope) -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+        scope.cancel()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(run, tg.cancel_scope)
+        tg.start_soon(watch, tg.cancel_scope)
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome.get("value")

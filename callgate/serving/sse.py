@@ -1,0 +1,31 @@
+"""Server-sent events framing for streamed chat completions.
+
+Knows: the bytes of a data event, a terminal error event and the `[DONE]` sentinel, as
+OpenAI clients read them (the official client raises on an `error` event's body).
+Does not know: what a chunk contains.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+DONE = b"data: [DONE]\n\n"
+MEDIA_TYPE = "text/event-stream"
+HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+def data_event(payload: Mapping[str, Any]) -> bytes:
+    """One `data:` event holding a JSON object on a single line."""
+    return b"data: " + _json(payload) + b"\n\n"
+
+
+def error_event(body: Mapping[str, Any]) -> bytes:
+    """A terminal `error` event; `body` is an OpenAI error body {"error": {...}}."""
+    return b"event: error\ndata: " + _json(body) + b"\n\n"
+
+
+def _json(payload: Mapping[str, Any]) -> bytes:
+    # ensure_ascii=False keeps multi-byte text as UTF-8; json.dumps never emits a raw newline.
+    return json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode()
