@@ -172,10 +172,17 @@ def _from_validation_error(exc: ValidationError) -> InvalidRequestError:
     err = exc.errors(include_url=False)[0]
     if err["type"] == "json_invalid":
         return InvalidRequestError(f"body is not valid JSON: {err['msg']}", code="invalid_json")
-    param = ".".join(str(p) for p in err["loc"]) or None
+    param = ".".join(str(p) for p in err["loc"] if not _is_union_tag(p)) or None
     if err["type"] == "model_type" and not err["loc"]:
         return InvalidRequestError("body must be a JSON object", code="invalid_type")
     return InvalidRequestError(f"{param}: {err['msg']}", param=param, code="invalid_value")
+
+
+def _is_union_tag(part: int | str) -> bool:
+    """pydantic puts the union member it tried into `loc` (`str`, `literal[...]`, a model name)."""
+    return isinstance(part, str) and (
+        part in {"str", "int", "float", "bool", "list", "dict"} or "[" in part or part.endswith("Wire")
+    )
 
 
 def _to_request(wire: ChatCompletionWire, limits: Limits) -> ChatRequest:

@@ -27,7 +27,7 @@ class Limits:
     max_messages: int = 256
     max_tools: int = 128
     max_schema_bytes: int = 64 * 1024  # serialised `parameters` of one tool
-    max_schema_depth: int = 16  # nesting of objects/arrays in one tool's `parameters`
+    max_schema_depth: int = 32  # JSON nesting (objects and arrays) of one tool's `parameters`
     max_tokens: int = 4096  # the largest `max_tokens` a client may ask for
     default_max_tokens: int = 512  # when the client asks for none
     max_stop_sequences: int = 8
@@ -88,6 +88,19 @@ class Settings:
     def max_in_flight(self) -> int:
         """Requests admitted at once: the running batch plus the waiting queue."""
         return self.max_num_seqs + self.max_queue
+
+    def engine_env(self) -> dict[str, str]:
+        """vllm's environment, set by the engine before vllm is imported. V1 multiprocessing
+        off keeps the engine in this process (the logits processor shares the grammar cache)."""
+        e = self.engine
+        env = {
+            "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+            "VLLM_CPU_KVCACHE_SPACE": str(e.kv_cache_space_gib),
+            "VLLM_CPU_NUM_OF_RESERVED_CPU": str(e.reserved_cpus),
+        }
+        if e.cpu_threads is not None:
+            env["OMP_NUM_THREADS"] = str(e.cpu_threads)
+        return env
 
     def engine_config(self, model_path: str) -> EngineConfig:
         """What the engine needs to start, with `model` resolved to a local folder. The engine

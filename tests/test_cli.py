@@ -1,0 +1,93 @@
+"""The command line: flags -> one frozen Settings; help explains every flag."""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+
+import pytest
+
+from callgate.__main__ import build_parser, main, settings_from_args
+from callgate.serving.settings import Settings
+
+
+def _settings(*argv: str) -> Settings:
+    return settings_from_args(build_parser().parse_args(["serve", *argv]))
+
+
+def test_serve_without_arguments_is_the_embedded_model_in_hermes_on_loopback() -> None:
+    s = _settings()
+    assert (s.model, s.format, s.host, s.port) == (None, "hermes", "127.0.0.1", 8000)
+    assert s.model_name == "smollm2-135m-instruct"
+    assert s.api_key is None and s.max_repairs == 1
+
+
+def test_flags_reach_settings() -> None:
+    s = _settings(
+        "--model", "/models/qwen", "--served-model-name", "q", "--format", "qwen3-xml", "--host", "0.0.0.0",
+        "--port", "9001", "--api-key", "k", "--max-num-seqs", "4", "--max-model-len", "1024", "--max-queue", "2",
+        "--tensor-parallel-size", "2", "--pipeline-parallel-size", "3", "--dtype", "bfloat16", "--kv-cache-space", "3",
+        "--validator-url", "http://127.0.0.1:9/v", "--max-repairs", "2", "--audit-log", "/tmp/a.jsonl",
+        "--max-body-bytes", "1000", "--max-tools", "3", "--max-schema-depth", "4", "--max-tokens-limit", "50",
+        "--max-stop-sequences", "1", "--cpu-threads", "2",
+    )  # fmt: skip
+    assert (s.model, s.model_name, s.format, s.host, s.port) == ("/models/qwen", "q", "qwen3-xml", "0.0.0.0", 9001)
+    assert (s.api_key, s.max_num_seqs, s.max_model_len, s.max_queue, s.max_in_flight) == ("k", 4, 1024, 2, 6)
+    assert (s.engine.tensor_parallel_size, s.engine.pipeline_parallel_size, s.engine.dtype) == (2, 3, "bfloat16")
+    assert (s.validator_url, s.max_repairs, s.audit_log) == ("http://127.0.0.1:9/v", 2, "/tmp/a.jsonl")
+    lim = s.limits
+    assert (lim.max_body_bytes, lim.max_tools, lim.max_schema_depth, lim.max_tokens, lim.max_stop_sequences) == (
+        1000,
+        3,
+        4,
+        50,
+        1,
+    )
+    env = s.engine_env()
+    assert env["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0" and env["VLLM_CPU_KVCACHE_SPACE"] == "3"
+    assert env["VLLM_CPU_NUM_OF_RESERVED_CPU"] == "0" and env["OMP_NUM_THREADS"] == "2"
+    cfg = s.engine_config("/models/qwen")
+    assert (cfg.model, cfg.served_model_name, cfg.max_num_seqs, cfg.tensor_parallel_size) == ("/models/qwen", "q", 4, 2)
+
+
+def test_settings_are_frozen_and_hide_the_key() -> None:
+    s = _settings("--api-key", "sekrit")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        s.port = 1  # type: ignore[misc]
+    assert "sekrit" not in repr(s)
+
+
+def test_api_key_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CALLGATE_API_KEY", "from-env")
+    assert _settings().api_key == "from-env"
+    assert _settings("--api-key", "flag").api_key == "flag"
+
+
+def test_bad_values_exit() -> None:
+    with pytest.raises(SystemExit):
+        _settings("--port", "0")
+    with pytest.raises(SystemExit):
+        _settings("--format", "klingon")
+    with pytest.raises(SystemExit):
+        _settings("--max-num-seqs", "many")
+
+
+def test_help_explains_every_flag() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "callgate", "serve", "--help"], capture_output=True, text=True, check=True
+    ).stdout
+    serve = build_parser()._subparsers._group_actions[0].choices["serve"]  # type: ignore[union-attr]
+    for action in serve._actions:
+        for flag in action.option_strings:
+            assert flag in out
+        assert action.help, f"{action.option_strings} has no help"
+    top = subprocess.run(
+        [sys.executable, "-m", "callgate", "--help"], capture_output=True, text=True, check=True
+    ).stdout
+    assert "serve" in top and "bench" in top
+
+
+def test_bench_lists_choices_for_an_unknown_name(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "no-such-benchmark"]) == 2
+    assert "choose one of" in capsys.readouterr().err
