@@ -1,0 +1,68 @@
+"""Token-mask kernels: `apply_token_bitmask(logits, bitmask, indices=None)`.
+
+Contract (every backend):
+* logits: [batch, vocab] float32 / float16 / bfloat16, unit stride along the vocabulary;
+  modified in place, nothing returned.
+* bitmask: [batch, ceil(vocab/32)] int32 in outlines-core / xgrammar layout: bit j of
+  word i of row r set = token 32*i + j allowed in logits row r. A token the mask does
+  not cover (column >= 32 * words, e.g. padded vocabulary columns) is disallowed; bits
+  past the vocabulary are ignored.
+* indices: optional rows (int tensor or sequence) to mask; rows of both tensors share
+  the index (xgrammar convention); unlisted rows are untouched. None = every row.
+* disallowed logits become -inf; allowed logits keep their exact bits.
+Misuse raises TypeError / ValueError (see launcher.check_call).
+
+Backends, chosen by device: CUDA -> Triton (triton_kernel), CPU -> compiled C loop
+(cpu) when a C compiler is present, anything else -> plain torch (reference). Each
+backend module is imported on first use, so this package loads without triton.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from callgate.kernels.launcher import MaskCall, Rows, check_call
+
+__all__ = ["apply_token_bitmask", "backend_for"]
+
+
+def apply_token_bitmask(logits: torch.Tensor, bitmask: torch.Tensor, indices: Rows = None) -> None:
+    """Set the logits of disallowed tokens to -inf in place (contract above)."""
+    call = check_call(logits, bitmask, indices)
+    backend = backend_for(call.logits.device)
+    if backend == "triton":
+        from callgate.kernels import triton_kernel
+
+        triton_kernel.apply_checked(call)
+    elif backend == "cpu":
+        from callgate.kernels import cpu
+
+        cpu.apply_checked(call)
+    else:
+        _reference(call)
+
+
+def backend_for(device: torch.device) -> str:
+    """Name of the backend used for tensors on `device`: "triton", "cpu" or "reference"."""
+    if device.type == "cuda" and _triton_available():
+        return "triton"
+    if device.type == "cpu":
+        from callgate.kernels import cpu
+
+        if cpu.available():
+            return "cpu"
+    return "reference"
+
+
+def _triton_available() -> bool:
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _reference(call: MaskCall) -> None:
+    from callgate.kernels import reference
+
+    reference.apply_checked(call)

@@ -1,0 +1,132 @@
+"""Fast CPU backend for `apply_token_bitmask`: a tiny C loop, compiled once per process.
+
+Knows: the bitmask layout and the bit patterns of -inf in float32 / float16 / bfloat16
+(the body works on the logits' bits, so there are no float conversions). Does not know:
+anything about grammars or batches beyond row numbers.
+
+Why C: the body is one pass of `x = keep ? x : -inf` over the row, which a C compiler
+vectorises (AVX2/AVX-512 shifts and blends); eager torch needs several full-size
+temporaries and numba does not vectorise it (measured in benchmarks/README.md).
+The library is built with the system C compiler (`cc`, `gcc` or `clang`, which vLLM's
+CPU backend needs anyway for torch.compile) into a private temporary directory that is
+removed once the library is loaded. Without a compiler `available()` is False and the
+dispatcher in callgate.kernels falls back to the plain-torch reference.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import torch
+
+from callgate.kernels.launcher import MaskCall, Rows, check_call
+
+# One body per lane width; `keep` is all ones where the token is allowed. The row loop
+# reads `rows` when given (only some rows constrained) and is otherwise the identity.
+_SOURCE = r"""
+#include <stdint.h>
+#define MASK_FN(NAME, T, UT, NINF)                                                        \
+void NAME(T *restrict logits, int64_t row_stride, const uint32_t *restrict mask,          \
+          int64_t mask_stride, const int64_t *restrict rows, int64_t n_rows,              \
+          int64_t vocab, int64_t n_words) {                                               \
+  int64_t full = vocab / 32 < n_words ? vocab / 32 : n_words;                             \
+  for (int64_t i = 0; i < n_rows; i++) {                                                  \
+    int64_t r = rows ? rows[i] : i;                                                       \
+    T *restrict lg = logits + r * row_stride;                                             \
+    const uint32_t *restrict mk = mask + r * mask_stride;                                 \
+    for (int64_t w = 0; w < full; w++) {                                                  \
+      uint32_t m = mk[w];                                                                 \
+      T *restrict seg = lg + 32 * w;                                                      \
+      for (int j = 0; j < 32; j++) {                                                      \
+        T keep = (T)(0u - (UT)((m >> j) & 1u));                                           \
+        seg[j] = (T)((seg[j] & keep) | ((T)NINF & (T)~keep));                             \
+      }                                                                                   \
+    }                                                                                     \
+    for (int64_t t = 32 * full; t < vocab; t++) {                                         \
+      uint32_t bit = (t >> 5) < n_words ? (mk[t >> 5] >> (t & 31)) & 1u : 0u;             \
+      T keep = (T)(0u - (UT)bit);                                                         \
+      lg[t] = (T)((lg[t] & keep) | ((T)NINF & (T)~keep));                                 \
+    }                                                                                     \
+  }                                                                                       \
+}
+MASK_FN(callgate_mask_f32, int32_t, uint32_t, 0xFF800000u)
+MASK_FN(callgate_mask_f16, int16_t, uint16_t, 0xFC00u)
+MASK_FN(callgate_mask_bf16, int16_t, uint16_t, 0xFF80u)
+"""
+
+_FLAG_SETS = (
+    ("-O3", "-march=native", "-std=c99", "-fPIC", "-shared"),
+    ("-O3", "-std=c99", "-fPIC", "-shared"),
+)
+_SYMBOLS = {
+    torch.float32: "callgate_mask_f32",
+    torch.float16: "callgate_mask_f16",
+    torch.bfloat16: "callgate_mask_bf16",
+}
+
+
+class CpuKernelUnavailable(RuntimeError):
+    """No C compiler, or the library did not build; the reason is the message."""
+
+
+def available() -> bool:
+    """True when the compiled library loads on this machine (builds it on first call)."""
+    try:
+        _library()
+    except CpuKernelUnavailable:
+        return False
+    return True
+
+
+def apply_checked(call: MaskCall) -> None:
+    """Mask an already-checked CPU call in place. Raises CpuKernelUnavailable."""
+    fn = getattr(_library(), _SYMBOLS[call.logits.dtype])
+    rows = call.rows
+    fn(
+        ctypes.c_void_p(call.logits.data_ptr()),
+        ctypes.c_int64(call.logits.stride(0)),
+        ctypes.c_void_p(call.bitmask.data_ptr()),
+        ctypes.c_int64(call.bitmask.stride(0)),
+        ctypes.c_void_p(None if rows is None else rows.data_ptr()),
+        ctypes.c_int64(call.n_rows),
+        ctypes.c_int64(call.vocab),
+        ctypes.c_int64(call.n_words),
+    )
+
+
+def apply_token_bitmask(logits: torch.Tensor, bitmask: torch.Tensor, indices: Rows = None) -> None:
+    """Set disallowed logits to -inf in place (CPU tensors only; see callgate.kernels)."""
+    call = check_call(logits, bitmask, indices)
+    if call.logits.device.type != "cpu":
+        raise ValueError(f"the CPU kernel needs CPU tensors, got {call.logits.device}")
+    apply_checked(call)
+
+
+@functools.cache
+def _library() -> ctypes.CDLL:
+    compiler = next((c for c in ("cc", "gcc", "clang") if shutil.which(c)), None)
+    if compiler is None:
+        raise CpuKernelUnavailable("no C compiler (cc, gcc or clang) on PATH")
+    with tempfile.TemporaryDirectory(prefix="callgate-kernels-") as tmp:
+        src, lib = Path(tmp) / "mask.c", Path(tmp) / "mask.so"
+        src.write_text(_SOURCE)
+        errors = [_build(compiler, flags, src, lib) for flags in _FLAG_SETS]
+        if not lib.exists():
+            raise CpuKernelUnavailable(f"{compiler} failed: {errors[-1]}")
+        # dlopen maps the file; deleting the directory afterwards leaves the mapping valid.
+        library = ctypes.CDLL(str(lib))
+    for name in _SYMBOLS.values():
+        getattr(library, name).restype = None
+    return library
+
+
+def _build(compiler: str, flags: tuple[str, ...], src: Path, lib: Path) -> str:
+    if lib.exists():
+        return ""
+    done = subprocess.run([compiler, *flags, "-o", str(lib), str(src)], capture_output=True, text=True, check=False)
+    return done.stderr.strip()[-500:]
