@@ -144,6 +144,11 @@ DSML_V4 = ToolCallFormat(
 # qwen3-xml (Qwen3-Coder) -- owned by the qwen3-xml work; see golden/qwen3-xml/FORMAT.md
 # =========================================================================================
 
+# The call layout (FORMAT.md section 4), spelled with these markers and "\n" separators:
+#   <tool_call>\n<function=NAME>\n  (<parameter=P>\nVALUE\n</parameter>\n)*  </function>\n</tool_call>
+# Values carry no type marker: they are typed by the declared JSON schema of the parameter.
+# <think> / </think> are read by the parser only (a leading reasoning block, as other
+# families that share this syntax write it); the Qwen3-Coder template has no reasoning.
 QWEN3_XML = ToolCallFormat(
     name="qwen3-xml",
     family="qwen3-xml",
@@ -154,6 +159,47 @@ QWEN3_XML = ToolCallFormat(
     call_trigger="<tool_call>",
     reasoning_open=None,
     reasoning_close=None,
+    markers=_frozen(
+        {
+            "turn_open": "<|im_start|>",
+            "turn_close": "<|im_end|>",
+            "call_open": "<tool_call>",
+            "call_close": "</tool_call>",
+            "function_open": "<function=",
+            "function_close": "</function>",
+            "parameter_open": "<parameter=",
+            "parameter_close": "</parameter>",
+            "tag_end": ">",
+            "separator": "\n",
+            "result_open": "<tool_response>",
+            "result_close": "</tool_response>",
+            "think_open": "<think>",
+            "think_close": "</think>",
+        }
+    ),
+    special_tokens=(
+        "<|im_start|>",
+        "<|im_end|>",
+        "<|endoftext|>",
+        "<tool_call>",
+        "</tool_call>",
+        "<tool_response>",
+        "</tool_response>",
+        "<think>",
+        "</think>",
+    ),
+    # Qwen3-Coder has no task tokens: a quick head is a plain instruction appended to the
+    # last user turn, so the prompt up to the user text is shared with the main request.
+    quick_tasks=_frozen(
+        {
+            "action": "Reply with exactly one word: Search if answering needs a web search, otherwise Answer.",
+            "query": "Reply with only the web search query that would best answer the message above.",
+            "authority": "Reply with only the most authoritative source (a site or body) for the message above.",
+            "domain": "Reply with only the subject domain of the message above, in one or two words.",
+            "title": "Reply with only a short title (at most six words) for this conversation.",
+            "read_url": "Reply with only the URL in the message above that should be read, or None.",
+        }
+    ),
 )
 
 # =========================================================================================

@@ -1,0 +1,603 @@
+"""The strict incremental parser of the qwen3-xml family (Qwen3-Coder XML tool calls).
+
+Knows: the completion grammar of golden/qwen3-xml/FORMAT.md section 6, spelled with the
+markers of the format spec; typed values come from `qwen3_xml_values`. Does not know:
+templates, engines, HTTP.
+
+    [<think> reasoning </think>] content (<tool_call>\\n<function=NAME>\\n
+        (<parameter=P>\\nVALUE\\n</parameter>\\n)* </function>\\n</tool_call>)  joined by \\n
+    [<|im_end|>]
+
+One state machine serves both paths: `feed` hands each state the unconsumed text from
+its position; a state consumes what it can decide and, when the rest may be the start
+of a marker, keeps it (at most the longest marker) for the next delta, so `feed` costs
+O(len(delta)) amortised and never re-scans. parse(text) == feed(text) + finish().
+
+Decisions where the golden rules leave room, all documented here:
+* Content before the first call is trimmed (the template trims it); content without a
+  call is kept as written. Streaming cannot take back text, so only whitespace that is
+  still held back is dropped: trailing whitespace before a call always, leading
+  whitespace only when nothing but whitespace precedes the first call.
+* `<think>` opens reasoning only at the very start (or `thinking=True`); each
+  `<tool_call>` inside reasoning is `call_in_reasoning` and stays reasoning text.
+* A malformed block yields one diagnostic and no candidate; the parser then skips to
+  that block's `</tool_call>` (or to the next `<tool_call>`, which starts a new call, or
+  to `<|im_end|>`), so later calls are still read and nothing becomes content.
+* Text after the calls or after `<|im_end|>` is neither content nor dropped silently:
+  `trailing_text`, or `text_between_calls` when another call follows it.
+* `CallStart` is emitted once the function name is read; a string-typed value streams
+  as escaped JSON fragments while it arrives, other values when they are complete.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from callgate.formats import ToolCallFormat
+from callgate.parsers.base import CallIdFactory, ResultBuilder, Tools, tool_names, tool_schemas
+from callgate.parsers.qwen3_xml_values import declared_types, decode, streams_as_text
+from callgate.types import (
+    ArgumentsDelta,
+    CallEnd,
+    CallStart,
+    Diagnostic,
+    DiagnosticEvent,
+    Event,
+    ParseResult,
+    ReasoningDelta,
+    TextDelta,
+    ToolCallCandidate,
+)
+
+_NAME = re.compile(r"[^\s<>=\"'/]*")
+_MAX_NAME_CHARS = 256  # keeps the hold-back of a tag name bounded
+_MAX_SHOWN_CHARS = 20
+
+
+@dataclass(frozen=True, slots=True)
+class _Scanner:
+    """Finds the first of a set of markers; tells where a partial marker may start."""
+
+    pattern: re.Pattern[str]
+    prefixes: frozenset[str]
+    longest: int
+
+    @classmethod
+    def of(cls, *markers: str) -> _Scanner:
+        prefixes = frozenset(m[:k] for m in markers for k in range(1, len(m)))
+        pattern = re.compile("|".join(re.escape(m) for m in sorted(markers, key=len, reverse=True)))
+        return cls(pattern, prefixes, max(map(len, markers)))
+
+    def safe_end(self, buf: str, pos: int) -> int:
+        """The first index from which buf may be the start of a marker (len(buf) if none)."""
+        n = len(buf)
+        for i in range(max(pos, n - self.longest + 1), n):
+            if buf[i:] in self.prefixes:
+                return i
+        return n
+
+    def choose(self, buf: str, pos: int, options: tuple[str, ...]) -> str | None:
+        """The option buf continues with at pos; "" when undecided yet; None when none."""
+        for option in options:
+            if buf.startswith(option, pos):
+                return option
+        return "" if buf[pos : pos + self.longest] in self.prefixes else None
+
+
+@dataclass(frozen=True, slots=True)
+class _Syntax:
+    """Everything the machine needs from the format spec, derived once per format."""
+
+    fmt: ToolCallFormat
+    eos: str
+    sep: str
+    call_open: str
+    call_close: str
+    fn_open: str
+    fn_close: str
+    p_open: str
+    p_close: str
+    tag_end: str
+    think_open: str
+    think_close: str
+    content: _Scanner
+    reasoning: _Scanner
+    value: _Scanner
+    body: _Scanner
+    between: _Scanner
+    recover: _Scanner
+    stray: _Scanner
+
+    @classmethod
+    def of(cls, fmt: ToolCallFormat) -> _Syntax:
+        m = fmt.markers
+        sep, eos = m["separator"], fmt.eos
+        co, cc, fo, fc, po, pc = (
+            m[k]
+            for k in ("call_open", "call_close", "function_open", "function_close", "parameter_open", "parameter_close")
+        )
+        return cls(
+            fmt,
+            eos,
+            sep,
+            co,
+            cc,
+            fo,
+            fc,
+            po,
+            pc,
+            m["tag_end"],
+            m["think_open"],
+            m["think_close"],
+            content=_Scanner.of(co, fo, po, pc, fc, cc, eos),
+            reasoning=_Scanner.of(m["think_close"], co, eos),
+            value=_Scanner.of(sep + pc, sep + po, fc, co, cc, eos),
+            body=_Scanner.of(po, fc, cc, co, eos),
+            between=_Scanner.of(sep + co, eos),
+            recover=_Scanner.of(cc, co, eos),
+            stray=_Scanner.of(co),
+        )
+
+
+_SYNTAX: dict[str, _Syntax] = {}
+
+
+def make_parser(fmt: ToolCallFormat, tools: Tools, *, thinking: bool, call_ids: CallIdFactory) -> Qwen3XmlParser:
+    """A fresh parser for one output. `thinking`: the output starts inside reasoning."""
+    syntax = _SYNTAX.get(fmt.name)
+    if syntax is None or syntax.fmt is not fmt:
+        syntax = _SYNTAX[fmt.name] = _Syntax.of(fmt)
+    return Qwen3XmlParser(syntax, tools, thinking=thinking, call_ids=call_ids)
+
+
+State = Callable[[str, int], int]
+
+
+class Qwen3XmlParser:
+    """Per-request incremental parser; see the module docstring for the grammar."""
+
+    def __init__(self, syntax: _Syntax, tools: Tools, *, thinking: bool, call_ids: CallIdFactory) -> None:
+        self._sx = syntax
+        self._names = tool_names(tools)
+        self._schemas = tool_schemas(tools)
+        self._call_ids = call_ids
+        self._builder = ResultBuilder()
+        self._out: list[Event] = []
+        self._held = ""  # unconsumed tail: at most a partial marker or a partial tag name
+        self._base = 0  # offset of the current buffer's first character in the output
+        self._starved = False
+        self._done = False
+        self._state: State = self._reasoning if thinking else self._start
+        self._ws = ""  # whitespace held back at the end of the content so far
+        self._skip_newlines = False  # after </think>: the content loses its leading newlines
+        self._nl = ""  # newlines held back at the end of the reasoning so far
+        self._reasoning_start = True
+        self._index = 0
+        self._stray_start = 0
+        self._call = _Call(0)
+
+    # ---- driving -------------------------------------------------------------------------
+
+    def feed(self, delta: str) -> list[Event]:
+        if self._done or not delta:
+            return []
+        buf = self._held + delta if self._held else delta
+        out: list[Event] = []
+        self._out = out
+        pos, n = 0, len(buf)
+        while pos < n:
+            self._starved = False
+            pos = self._state(buf, pos)
+            if self._starved:
+                break
+        self._held = buf[pos:]
+        self._base += pos
+        return self._builder.add(out)
+
+    def finish(self) -> list[Event]:
+        if self._done:
+            return []
+        self._done = True
+        self._out = []
+        end = self._base + len(self._held)
+        self._finish_state(self._held, end)
+        self._held = ""
+        return self._builder.add(self._out)
+
+    def result(self) -> ParseResult:
+        return self._builder.result()
+
+    def _finish_state(self, held: str, end: int) -> None:
+        state = self._state
+        if state in (self._start, self._content):
+            self._emit_content(held)
+            self._emit_text(self._ws)
+        elif state == self._reasoning:
+            self._emit_reasoning(held)
+            self._diagnose("missing_think_end", self._sx.think_close, "end of text", self._base, end, self._base)
+        elif state == self._between:
+            if held:
+                self._diagnose("trailing_text", "end of text", held, self._base, end, self._base)
+        elif state == self._stray:
+            self._diagnose("trailing_text", "end of text", "text", self._stray_start, end, self._stray_start)
+        elif state not in (self._recover, self._ended):
+            self._diagnose("unterminated_block", "the rest of the call", "end of text", self._call.start, end, end)
+
+    # ---- emitting ------------------------------------------------------------------------
+
+    def _abs(self, pos: int) -> int:
+        return self._base + pos
+
+    def _diagnose(self, code: str, expected: str, got: str, start: int, end: int, at: int) -> None:
+        shown = got if len(got) <= _MAX_SHOWN_CHARS else got[:_MAX_SHOWN_CHARS] + "..."
+        message = f"expected {expected!r}, got {shown!r} at offset {at}"
+        self._out.append(DiagnosticEvent(Diagnostic(code, message, (start, end))))
+
+    def _emit_text(self, text: str) -> None:
+        if text:
+            self._out.append(TextDelta(text))
+
+    def _emit_content(self, text: str) -> None:
+        if self._skip_newlines:
+            text = text.lstrip("\n")
+            if not text:
+                return
+            self._skip_newlines = False
+        body = text.rstrip()
+        if not body:
+            self._ws += text
+            return
+        self._emit_text(self._ws + body)
+        self._ws = text[len(body) :]
+
+    def _emit_reasoning(self, text: str) -> None:
+        if self._reasoning_start:
+            text = text.lstrip("\n")
+            if not text:
+                return
+            self._reasoning_start = False
+        body = text.rstrip("\n")
+        if not body:
+            self._nl += text
+            return
+        self._out.append(ReasoningDelta(self._nl + body))
+        self._nl = text[len(body) :]
+
+    # ---- outside calls -------------------------------------------------------------------
+
+    def _start(self, buf: str, pos: int) -> int:
+        opener = self._sx.think_open
+        if buf.startswith(opener, pos):
+            self._state = self._reasoning
+            return pos + len(opener)
+        if opener.startswith(buf[pos:]):
+            self._starved = True
+            return pos
+        self._state = self._content
+        return pos
+
+    def _content(self, buf: str, pos: int) -> int:
+        sx = self._sx
+        m = sx.content.pattern.search(buf, pos)
+        if m is None:
+            end = sx.content.safe_end(buf, pos)
+            self._emit_content(buf[pos:end])
+            self._starved = True
+            return end
+        i, tag = m.start(), m.group()
+        self._emit_content(buf[pos:i])
+        if tag == sx.call_open:
+            self._ws = ""
+            return self._open_call(i)
+        if tag == sx.eos:
+            self._emit_text(self._ws)
+            self._ws = ""
+            self._state = self._ended
+            return m.end()
+        if tag == sx.fn_open:
+            self._ws = ""
+            self._call = _Call(self._abs(i))
+            self._fail("missing_tool_call_open", sx.call_open, tag, self._abs(i))
+            return i
+        self._diagnose("unbalanced_tags", "text or a call", tag, self._abs(i), self._abs(m.end()), self._abs(i))
+        self._emit_content(tag)
+        return m.end()
+
+    def _reasoning(self, buf: str, pos: int) -> int:
+        sx = self._sx
+        m = sx.reasoning.pattern.search(buf, pos)
+        if m is None:
+            end = sx.reasoning.safe_end(buf, pos)
+            self._emit_reasoning(buf[pos:end])
+            self._starved = True
+            return end
+        i, tag = m.start(), m.group()
+        self._emit_reasoning(buf[pos:i])
+        if tag == sx.think_close:
+            self._state = self._content
+            self._skip_newlines = True
+            return m.end()
+        if tag == sx.eos:
+            self._diagnose("missing_think_end", sx.think_close, tag, self._abs(i), self._abs(m.end()), self._abs(i))
+            self._state = self._ended
+            return m.end()
+        self._diagnose("call_in_reasoning", sx.think_close, tag, self._abs(i), self._abs(m.end()), self._abs(i))
+        self._emit_reasoning(tag)
+        return m.end()
+
+    def _between(self, buf: str, pos: int) -> int:
+        sx = self._sx
+        option = sx.between.choose(buf, pos, (sx.sep + sx.call_open, sx.eos))
+        if option == "":
+            self._starved = True
+            return pos
+        if option == sx.eos:
+            self._state = self._ended
+            return pos + len(option)
+        if option:
+            return self._open_call(pos + len(sx.sep))
+        self._stray_start = self._abs(pos)
+        self._state = self._stray
+        return pos
+
+    def _ended(self, buf: str, pos: int) -> int:
+        self._stray_start = self._abs(pos)
+        self._state = self._stray
+        return pos
+
+    def _stray(self, buf: str, pos: int) -> int:
+        scanner = self._sx.stray
+        m = scanner.pattern.search(buf, pos)
+        if m is None:
+            self._starved = True
+            return scanner.safe_end(buf, pos)
+        i = m.start()
+        self._diagnose(
+            "text_between_calls", "\\n<tool_call>", "text", self._stray_start, self._abs(i), self._stray_start
+        )
+        return self._open_call(i)
+
+    def _recover(self, buf: str, pos: int) -> int:
+        sx = self._sx
+        m = sx.recover.pattern.search(buf, pos)
+        if m is None:
+            self._starved = True
+            return sx.recover.safe_end(buf, pos)
+        tag = m.group()
+        if tag == sx.call_open:
+            return self._open_call(m.start())
+        self._state = self._between if tag == sx.call_close else self._ended
+        return m.end()
+
+    # ---- inside a call -------------------------------------------------------------------
+
+    def _open_call(self, i: int) -> int:
+        """Start a block whose `<tool_call>` is at buf index i; returns the index after it."""
+        sx = self._sx
+        self._call = _Call(self._abs(i))
+        self._call.raw.append(sx.call_open)
+        self._expect(sx.sep + sx.fn_open, "bad_function_tag", self._read_function_name)
+        return i + len(sx.call_open)
+
+    def _expect(self, literal: str, code: str, then: Callable[[int], None]) -> None:
+        """Require `literal` next; `then(offset after it)` runs once it is complete."""
+        call = self._call
+        call.literal, call.literal_code, call.literal_then = literal, code, then
+        self._state = self._literal
+
+    def _literal(self, buf: str, pos: int) -> int:
+        call = self._call
+        lit = call.literal
+        seg = buf[pos : pos + len(lit)]
+        if lit.startswith(seg):
+            call.raw.append(seg)
+            if len(seg) == len(lit):
+                call.literal_then(self._abs(pos + len(seg)))
+            else:
+                call.literal = lit[len(seg) :]
+                self._starved = True
+            return pos + len(seg)
+        k = next(j for j, (a, b) in enumerate(zip(seg, lit, strict=False)) if a != b)
+        self._fail(call.literal_code, lit[k:], seg[k], self._abs(pos + k))
+        return pos + k
+
+    def _read_function_name(self, at: int) -> None:
+        del at
+        self._read_name("bad_function_tag", self._function_named)
+
+    def _read_name(self, code: str, then: Callable[[str], str | None]) -> None:
+        call = self._call
+        call.name_code, call.name_then, call.name_parts = code, then, []
+        self._state = self._name
+
+    def _name(self, buf: str, pos: int) -> int:
+        call = self._call
+        j = _NAME.match(buf, pos).end()  # type: ignore[union-attr]  # `*` always matches
+        call.name_parts.append(buf[pos:j])
+        name = "".join(call.name_parts)
+        if len(name) > _MAX_NAME_CHARS:
+            self._fail(call.name_code, f"a name of at most {_MAX_NAME_CHARS} characters", name[:8], self._abs(pos))
+            return pos
+        if j == len(buf):
+            call.raw.append(buf[pos:j])
+            self._starved = True
+            return j
+        if buf[j] != self._sx.tag_end or not name:
+            self._fail(call.name_code, "a name and " + self._sx.tag_end, buf[j], self._abs(j))
+            return j
+        error = call.name_then(name)
+        if error is not None:
+            self._fail(error, "a parameter not given before", name, self._abs(j) - len(name))
+            return j
+        call.raw.append(buf[pos : j + 1])
+        return j + 1
+
+    def _function_named(self, name: str) -> str | None:
+        call = self._call
+        call.name, call.index = name, self._index
+        call.call_id = self._call_ids(self._index)
+        self._index += 1
+        self._out.append(CallStart(call.index, call.call_id, name))
+        self._expect(self._sx.sep, "text_in_call", self._to_body)
+        return None
+
+    def _to_body(self, at: int) -> None:
+        del at
+        self._state = self._body
+
+    def _body(self, buf: str, pos: int) -> int:
+        sx = self._sx
+        option = sx.body.choose(buf, pos, (sx.p_open, sx.fn_close, sx.call_close, sx.call_open, sx.eos))
+        if option == "":
+            self._starved = True
+            return pos
+        if option == sx.p_open:
+            self._call.raw.append(option)
+            self._read_name("bad_parameter_tag", self._parameter_named)
+            return pos + len(option)
+        if option == sx.fn_close:
+            self._call.raw.append(option)
+            self._expect(sx.sep + sx.call_close, "text_in_call", self._close_call)
+            return pos + len(option)
+        codes = {sx.call_close: "missing_function_close", sx.call_open: "unbalanced_tags", sx.eos: "unterminated_block"}
+        got = option or buf[pos]
+        self._fail(codes.get(got, "text_in_call"), sx.p_open + " or " + sx.fn_close, got, self._abs(pos))
+        return pos
+
+    def _parameter_named(self, name: str) -> str | None:
+        call = self._call
+        if name in call.arguments or name == call.value_name:
+            return "duplicate_parameter"
+        prefix = "{" if call.value_name is None else ", "
+        call.value_name, call.value_parts = name, []
+        call.value_types = self._types(call.name, name)
+        self._out.append(ArgumentsDelta(call.index, prefix + json.dumps(name, ensure_ascii=False) + ": "))
+        self._expect(self._sx.sep, "bad_parameter_tag", self._open_value)
+        return None
+
+    def _types(self, tool: str, parameter: str) -> tuple[str, ...]:
+        schema = self._schemas.get(tool)
+        props = schema.get("properties") if schema is not None else None
+        return declared_types(props.get(parameter)) if isinstance(props, Mapping) else ()
+
+    def _open_value(self, at: int) -> None:
+        call = self._call
+        call.value_streams = streams_as_text(call.value_types)
+        call.value_start = at
+        if call.value_streams:
+            self._out.append(ArgumentsDelta(call.index, '"'))
+        self._state = self._value
+
+    def _value(self, buf: str, pos: int) -> int:
+        sx = self._sx
+        m = sx.value.pattern.search(buf, pos)
+        if m is None:
+            end = sx.value.safe_end(buf, pos)
+            self._value_text(buf[pos:end])
+            self._starved = True
+            return end
+        i, tag = m.start(), m.group()
+        self._value_text(buf[pos:i])
+        if tag != sx.sep + sx.p_close:
+            code = "unterminated_block" if tag == sx.eos else "missing_parameter_close"
+            self._fail(code, sx.sep + sx.p_close, tag, self._abs(i))
+            return i
+        return self._close_value(buf, i, m.end())
+
+    def _value_text(self, text: str) -> None:
+        if text:
+            call = self._call
+            call.raw.append(text)
+            call.value_parts.append(text)
+            if call.value_streams:
+                self._out.append(ArgumentsDelta(call.index, json.dumps(text, ensure_ascii=False)[1:-1]))
+
+    def _close_value(self, buf: str, i: int, end: int) -> int:
+        call = self._call
+        text = "".join(call.value_parts)
+        typed = decode(text, call.value_types)
+        if typed.error is not None:
+            self._fail(typed.error, typed.expected, text, call.value_start)
+            return i
+        name = call.value_name or ""
+        call.arguments[name] = typed.value
+        closing = '"' if call.value_streams else json.dumps(typed.value, ensure_ascii=False)
+        self._out.append(ArgumentsDelta(call.index, closing))
+        call.raw.append(buf[i:end])
+        self._expect(self._sx.sep, "text_in_call", self._to_body)
+        return end
+
+    def _close_call(self, at: int) -> None:
+        del at
+        call = self._call
+        raw = "".join(call.raw)
+        self._out.append(ArgumentsDelta(call.index, "{}" if call.value_name is None else "}"))
+        span = (call.start, call.start + len(raw))
+        candidate = ToolCallCandidate(call.call_id, call.name, call.arguments, raw, span, self._sx.fmt.name)
+        self._out.append(CallEnd(call.index, candidate))
+        if self._names is not None and call.name not in self._names:
+            known = ", ".join(sorted(self._names)) or "no tools"
+            self._diagnose("unknown_tool", known, call.name, span[0], span[1], span[0])
+        self._state = self._between
+
+    def _fail(self, code: str, expected: str, got: str, at: int) -> None:
+        """Report the malformed block (at: output offset of the fault) and skip to its end."""
+        start = self._call.start
+        self._diagnose(code, expected, got, start, max(at + len(got), start + 1), at)
+        self._state = self._recover
+
+
+class _Call:
+    """The block being read. Mutable on purpose: it lives only while its block is read."""
+
+    __slots__ = (
+        "arguments",
+        "call_id",
+        "index",
+        "literal",
+        "literal_code",
+        "literal_then",
+        "name",
+        "name_code",
+        "name_parts",
+        "name_then",
+        "raw",
+        "start",
+        "value_name",
+        "value_parts",
+        "value_start",
+        "value_streams",
+        "value_types",
+    )
+
+    def __init__(self, start: int) -> None:
+        self.start = start
+        self.raw: list[str] = []
+        self.name = ""
+        self.index = -1
+        self.call_id = ""
+        self.arguments: dict[str, Any] = {}
+        self.literal = ""
+        self.literal_code = ""
+        self.literal_then: Callable[[int], None] = _nothing
+        self.name_code = ""
+        self.name_parts: list[str] = []
+        self.name_then: Callable[[str], str | None] = _no_error
+        self.value_name: str | None = None
+        self.value_parts: list[str] = []
+        self.value_types: tuple[str, ...] = ()
+        self.value_start = 0
+        self.value_streams = True
+
+
+def _nothing(at: int) -> None:
+    del at
+
+
+def _no_error(name: str) -> str | None:
+    del name
+    return None

@@ -1,0 +1,127 @@
+"""Typed parameter values of the qwen3-xml format.
+
+Knows: how a parameter value, written as bare text between `<parameter=P>\\n` and
+`\\n</parameter>`, is turned into a JSON value by the parameter's declared schema
+(golden/qwen3-xml/FORMAT.md section 6). Does not know: the call syntax or streaming.
+
+Declared types come from the property's `type` (a string or a list, tried in its order),
+else from `anyOf` / `oneOf` branches in their order (a branch without a `type` accepts
+the raw text). A property without any type, an undeclared parameter and a parameter of
+an unknown tool keep the raw text: the validator decides.
+
+Per type: `string` -> the text; `integer` -> `-?(0|[1-9][0-9]*)`; `number` -> JSON number
+syntax; `boolean` -> `true`/`false`/`True`/`False` (the template writes Python `str()`);
+`null` -> `null`/`None`; `object`/`array` -> strict JSON of that kind (no NaN, no
+duplicate keys, no surrounding whitespace). A value that fits none of its types is an
+error code, never a guess: `invalid_json_value` when a container type was declared and
+the text starts like JSON but does not parse, `value_type_mismatch` otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+RAW = ""  # pseudo type: keep the text as it is
+
+_INTEGER = re.compile(r"-?(?:0|[1-9][0-9]*)")
+_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?")
+_BOOLEANS = {"true": True, "false": False, "True": True, "False": False}
+_NULLS = frozenset({"null", "None"})
+_CONTAINERS = {"object": dict, "array": list}
+_SCALAR_TYPES = frozenset({"string", "integer", "number", "boolean", "null"})
+
+
+@dataclass(frozen=True, slots=True)
+class TypedValue:
+    """A decoded value, or the diagnostic code that says why there is none."""
+
+    value: Any = None
+    error: str | None = None
+    expected: str = ""  # the declared types, for the diagnostic message
+
+
+def declared_types(prop: Any) -> tuple[str, ...]:
+    """The types to try, in order; RAW stands for "any text". () when none is declared."""
+    if not isinstance(prop, Mapping):
+        return ()
+    kind = prop.get("type")
+    if isinstance(kind, str):
+        return (_known(kind),)
+    if isinstance(kind, list):
+        return tuple(_known(k) if isinstance(k, str) else RAW for k in kind)
+    out: list[str] = []
+    for key in ("anyOf", "oneOf"):
+        branches = prop.get(key)
+        if isinstance(branches, list):
+            for branch in branches:
+                out.extend(declared_types(branch) or (RAW,))
+    return tuple(out)
+
+
+def _known(kind: str) -> str:
+    return kind if kind in _SCALAR_TYPES or kind in _CONTAINERS else RAW
+
+
+def streams_as_text(types: tuple[str, ...]) -> bool:
+    """True when the value is the raw text whatever it holds (so it can be streamed)."""
+    return not types or types[0] in ("string", RAW)
+
+
+def decode(text: str, types: tuple[str, ...]) -> TypedValue:
+    """The value of `text` under the first of `types` that fits it."""
+    if streams_as_text(types):
+        return TypedValue(text)
+    json_broken = False
+    for kind in types:
+        if kind in ("string", RAW):
+            return TypedValue(text)
+        if kind in _CONTAINERS:
+            fits, value, broken = _container(text, _CONTAINERS[kind])
+            json_broken = json_broken or broken
+        else:
+            fits, value = _scalar(text, kind)
+        if fits:
+            return TypedValue(value)
+    code = "invalid_json_value" if json_broken else "value_type_mismatch"
+    return TypedValue(error=code, expected=" or ".join(types))
+
+
+def _scalar(text: str, kind: str) -> tuple[bool, Any]:
+    if kind == "integer":
+        return (True, int(text)) if _INTEGER.fullmatch(text) else (False, None)
+    if kind == "number":
+        if not _NUMBER.fullmatch(text):
+            return False, None
+        number = json.loads(text)
+        # 1e400 parses to inf, which has no JSON spelling: not a number the validator can use
+        return (True, number) if math.isfinite(number) else (False, None)
+    if kind == "boolean":
+        return (True, _BOOLEANS[text]) if text in _BOOLEANS else (False, None)
+    return (True, None) if text in _NULLS else (False, None)
+
+
+def _container(text: str, kind: type) -> tuple[bool, Any, bool]:
+    """(fits, value, looked like JSON but did not parse)."""
+    if not text or text[0] not in "[{" or text[-1] not in "]}":
+        return False, None, bool(text) and text[0] in "[{"
+    try:
+        value = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
+    except ValueError:
+        return False, None, True
+    return isinstance(value, kind), value, False
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        raise ValueError("duplicate key")
+    return out
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
