@@ -206,6 +206,25 @@ QWEN3_XML = ToolCallFormat(
 # hermes (ChatML: Qwen3, Qwen2.5, Hermes, SmolLM) -- owned by the JSON-family work
 # =========================================================================================
 
+# Call layout (golden/hermes/FORMAT.md sections 5 and 8), spelled with these markers:
+#   CONTENT ["\n" <tool_call>\n{"name": NAME, "arguments": {...}}\n</tool_call>]* <|im_end|>
+# calls are separated by exactly call_separator; the body is one strict JSON object with
+# exactly the keys name_key and arguments_key. Tool results go back in a user turn as
+# <tool_response>\nRESULT\n</tool_response>. The long system-prompt texts below are the
+# Qwen3 / Qwen2.5 templates' own (golden/hermes/fixed_texts.json).
+_HERMES_CALL_OPEN = "<tool_call>"
+_HERMES_CALL_CLOSE = "</tool_call>"
+_HERMES_TOOLS_INTRO = (
+    "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\n<tools>"
+)
+_HERMES_TOOLS_OUTRO = (
+    "\n</tools>\n\nFor each function call, return a json object with function name and arguments within "
+    f"{_HERMES_CALL_OPEN}{_HERMES_CALL_CLOSE} XML tags:\n{_HERMES_CALL_OPEN}\n"
+    '{"name": <function-name>, "arguments": <args-json-object>}\n'
+    f"{_HERMES_CALL_CLOSE}"
+)
+
 HERMES = ToolCallFormat(
     name="hermes",
     family="json",
@@ -213,9 +232,54 @@ HERMES = ToolCallFormat(
     argument_encoding="json",
     bos="",
     eos="<|im_end|>",
-    call_trigger="<tool_call>",
+    call_trigger=_HERMES_CALL_OPEN,
     reasoning_open="<think>",
     reasoning_close="</think>",
+    markers=_frozen(
+        {
+            # parser + renderer
+            "call_layout": "object",
+            "block_open": _HERMES_CALL_OPEN,
+            "block_close": _HERMES_CALL_CLOSE,
+            "call_separator": "\n",
+            "name_key": "name",
+            "arguments_key": "arguments",
+            # renderer
+            "turn_open": "<|im_start|>",
+            "turn_close": "<|im_end|>",
+            "result_open": "<tool_response>",
+            "result_close": "</tool_response>",
+            "tools_open": "<tools>",
+            "tools_close": "</tools>",
+            "tools_intro": _HERMES_TOOLS_INTRO,
+            "tools_outro": _HERMES_TOOLS_OUTRO,
+            # Qwen2.5 variant: a default system prompt, and the tools text after a blank line
+            "qwen25_default_system": "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.",
+        }
+    ),
+    special_tokens=(
+        "<|im_start|>",
+        "<|im_end|>",
+        "<|endoftext|>",
+        _HERMES_CALL_OPEN,
+        _HERMES_CALL_CLOSE,
+        "<tool_response>",
+        "</tool_response>",
+        "<think>",
+        "</think>",
+    ),
+    # No task tokens in ChatML: a quick head is one more user turn holding the instruction,
+    # so the conversation before it is byte-identical to the main prompt.
+    quick_tasks=_frozen(
+        {
+            "action": "Reply with exactly one word: search if answering needs a web search, otherwise answer.",
+            "query": "Reply with only the web search queries that would best answer the conversation, one per line.",
+            "authority": "Reply with only how authoritative the sources for an answer must be, in one word.",
+            "domain": "Reply with only the subject domain of the conversation, in one or two words.",
+            "title": "Reply with only a short title (at most six words) for this conversation.",
+            "read_url": "For each URL in the last user message, reply with the URL and yes or no (should it be read), one per line.",
+        }
+    ),
 )
 
 # =========================================================================================
@@ -295,6 +359,11 @@ LLAMA3_JSON = ToolCallFormat(
             'Respond in the format {"name": function name, "parameters": dictionary of argument name and its value}.'
             "Do not use variables.\n\n",
             "quick_task_join": "\n\n",
+            # parser (JSON family): one bare call object, optionally after python_tag
+            "call_layout": "single",
+            "name_key": "name",
+            "arguments_key": "parameters",
+            "call_in_text": '{"name":',
         }
     ),
     special_tokens=_LLAMA3_SPECIAL_TOKENS,
@@ -356,6 +425,11 @@ MISTRAL = ToolCallFormat(
             "call_id_pattern": "[a-zA-Z0-9]{9}",
             "name_pattern": "[a-zA-Z0-9_-]{1,64}",
             "quick_task_join": "\n\n",
+            # parser (JSON family): one JSON list of call objects after `calls`
+            "call_layout": "list",
+            "name_key": "name",
+            "arguments_key": "arguments",
+            "id_key": "id",
         }
     ),
     special_tokens=_MISTRAL_SPECIAL_TOKENS,

@@ -1,0 +1,544 @@
+"""One incremental machine for the JSON family: hermes, llama3-json and mistral.
+
+Knows: the layouts described in parsers/json_spec.py (read from each format's spec), the
+golden decode rules of golden/{hermes,llama3-json,mistral}/FORMAT.md, and the strictness
+policy of DESIGN section 4: a malformed block yields a Diagnostic and never content or a
+candidate; calls are never dropped, renamed or repaired; a call to an undeclared tool is a
+candidate plus `unknown_tool`; a call inside reasoning is `call_in_reasoning`.
+Does not know: templates, constraints, engines or HTTP.
+
+Streaming: `feed(delta)` looks only at the delta plus a bounded hold-back (a possibly
+partial marker, one held separator, a run of held newlines at the end of reasoning); the
+JSON of a block is scanned once by parsers/json_scan.py. A call's CallStart is sent as soon
+as its name is known and its arguments stream canonically as they arrive
+(`{"key": ` then string fragments ...); whatever could not be streamed (the name came after
+the arguments, or the mistral list, whose native ids follow the arguments) is sent at the
+call's end. A CallStart without a CallEnd means the block turned out malformed: a
+DiagnosticEvent follows and there is no candidate.
+
+Diagnostic codes are the golden reason codes: unterminated_block, invalid_json,
+duplicate_key, bad_call_object, arguments_not_object, trailing_text, text_between_calls,
+unbalanced_tags, missing_think_end, call_in_reasoning, stray_think_tag, empty_call_block,
+text_before_call, parallel_calls_unsupported, special_token_in_content, calls_not_array,
+empty_call_list, bad_call_id, multiple_call_blocks; plus unknown_tool.
+"""
+
+from __future__ import annotations
+
+import json
+from enum import Enum, auto
+
+from callgate.formats import ToolCallFormat
+from callgate.parsers.base import CallIdFactory, ResultBuilder, StreamParser, Tools, tool_names
+from callgate.parsers.json_scan import JsonScanner
+from callgate.parsers.json_shape import CallShape, ShapeError, check_call_list, check_call_object
+from callgate.parsers.json_spec import JsonFamilySpec, MarkerSet, json_family_spec
+from callgate.types import (
+    ArgumentsDelta,
+    CallEnd,
+    CallStart,
+    Diagnostic,
+    DiagnosticEvent,
+    Event,
+    ParseResult,
+    ReasoningDelta,
+    TextDelta,
+    ToolCallCandidate,
+    arguments_json,
+)
+
+_WS = " \t\r\n"
+_LLAMA_TAIL_SKIP = " \t\r\n;"
+
+
+class _State(Enum):
+    START = auto()
+    REASONING = auto()
+    CONTENT = auto()
+    BLOCK = auto()  # scanning the JSON of a block
+    BLOCK_FAILED = auto()  # the scanner failed; classify the offending text
+    BLOCK_TAIL = auto()  # object layout: the JSON is complete, the close tag is due
+    BAD_BLOCK = auto()  # skipping a malformed block up to its close (or the end of turn)
+    AFTER_CALL = auto()
+    SINGLE_TAIL = auto()  # single layout: text after the call object
+    TRAILING = auto()  # text where only calls or the end of turn may be
+    AFTER_END = auto()  # after the end-of-turn token
+
+
+def _quote(text: str, limit: int = 24) -> str:
+    return json.dumps(text if len(text) <= limit else text[:limit] + "...", ensure_ascii=False)
+
+
+class JsonCallParser:
+    """Per-request parser for one JSON-family format. See the module docstring."""
+
+    def __init__(self, spec: JsonFamilySpec, tools: Tools, *, thinking: bool, call_ids: CallIdFactory) -> None:
+        self._spec = spec
+        self._names = tool_names(tools)
+        self._call_ids = call_ids
+        self._builder = ResultBuilder()
+        self._events: list[Event] = []
+        self._buf = ""
+        self._base = 0  # absolute offset of _buf[0]
+        self._i = 0  # position in _buf of the first unconsumed character
+        self._final = False
+        self._finished = False
+        self._state = _State.REASONING if thinking and spec.reasoning_open else _State.START
+        # reasoning
+        self._r_start = 0
+        self._r_started = False
+        self._r_newlines = 0
+        self._r_call_open = False
+        self._lstrip = False  # content after reasoning loses its leading newlines
+        # the current block
+        self._block_start = 0
+        self._scan_base = 0
+        self._scan = JsonScanner()
+        self._raw: list[str] = []
+        self._json: list[str] = []
+        self._call_index: int | None = None
+        self._call_id = ""
+        self._args_sent: list[str] = []
+        self._n_calls = 0
+        # trailing text
+        self._trail_start = -1
+        self._end_trail_start = -1
+        self._block_markers = MarkerSet.of(
+            (*spec.ends, spec.block_open, *([spec.block_close] if spec.block_close else ()))
+        )
+        self._skip_markers = MarkerSet.of((*spec.ends, *([spec.block_close] if spec.block_close else ())))
+        trailing = (*spec.ends, spec.block_open) if spec.layout == "object" else spec.ends
+        self._trailing_markers = MarkerSet.of(trailing)
+
+    # ---- StreamParser --------------------------------------------------------------------
+
+    def feed(self, delta: str) -> list[Event]:
+        if self._finished or not delta:
+            return []
+        self._buf = self._buf[self._i :] + delta
+        self._base += self._i
+        self._i = 0
+        return self._run()
+
+    def finish(self) -> list[Event]:
+        if self._finished:
+            return []
+        self._final = True
+        self._run()
+        self._finish_state()
+        self._finished = True
+        return self._flush()
+
+    def result(self) -> ParseResult:
+        return self._builder.result()
+
+    # ---- the loop ------------------------------------------------------------------------
+
+    def _run(self) -> list[Event]:
+        handlers = {
+            _State.START: self._start,
+            _State.REASONING: self._reasoning,
+            _State.CONTENT: self._content,
+            _State.BLOCK: self._block,
+            _State.BLOCK_FAILED: self._block_failed,
+            _State.BLOCK_TAIL: self._block_tail,
+            _State.BAD_BLOCK: self._bad_block,
+            _State.AFTER_CALL: self._after_call,
+            _State.SINGLE_TAIL: self._single_tail,
+            _State.TRAILING: self._trailing,
+            _State.AFTER_END: self._after_end,
+        }
+        while handlers[self._state]():
+            pass
+        return self._flush()
+
+    def _flush(self) -> list[Event]:
+        events, self._events = self._events, []
+        return self._builder.add(events)
+
+    def _abs(self, i: int) -> int:
+        return self._base + i
+
+    # ---- free text -----------------------------------------------------------------------
+
+    def _start(self) -> bool:
+        spec, buf, i = self._spec, self._buf, self._i
+        rest = buf[i:]
+        if spec.layout == "single":
+            if rest[:1] in ("{", "["):
+                return self._open_block(i, i)
+            if rest.startswith(spec.block_open):
+                return self._open_block(i, i + len(spec.block_open))
+            if not self._final and spec.block_open.startswith(rest):
+                return False
+        elif spec.reasoning_open:
+            if rest.startswith(spec.reasoning_open):
+                self._i = i + len(spec.reasoning_open)
+                self._r_start = self._abs(i)
+                self._state = _State.REASONING
+                return True
+            if not self._final and spec.reasoning_open.startswith(rest):
+                return False
+        self._state = _State.CONTENT
+        return True
+
+    def _content(self) -> bool:
+        spec, buf, i = self._spec, self._buf, self._i
+        markers = spec.content_markers
+        m = markers.find(buf, i)
+        if m is None:
+            stop = len(buf) if self._final else markers.hold_from(buf, i)
+            if not self._final and spec.separator and buf.endswith(spec.separator, i, stop):
+                stop -= len(spec.separator)  # dropped if a call follows
+            self._text(buf[i:stop])
+            self._i = stop
+            return False
+        k, tok = m.start(), m.group()
+        action = spec.content_actions[tok]
+        text = buf[i:k]
+        if action == "block" and spec.separator and text.endswith(spec.separator):
+            text = text[: -len(spec.separator)]
+        self._text(text)
+        self._i = k + len(tok)
+        span = (self._abs(k), self._abs(k + len(tok)))
+        if action == "block":
+            return self._open_block(k, k + len(tok))
+        if action == "end":
+            self._state = _State.AFTER_END
+        elif action == "text_before_call":
+            self._diag("text_before_call", "a call only at the start of the output", _quote(tok), span)
+            self._i = k
+            self._state = _State.BAD_BLOCK
+        else:
+            code = {"unbalanced": "unbalanced_tags", "stray_think": "stray_think_tag"}.get(
+                action, "special_token_in_content"
+            )
+            self._diag(code, "plain text", _quote(tok), span)
+        return True
+
+    def _text(self, text: str) -> None:
+        if self._lstrip:
+            text = text.lstrip("\n")
+            if not text:
+                return
+            self._lstrip = False
+        if text:
+            self._events.append(TextDelta(text))
+
+    def _reasoning(self) -> bool:
+        spec, buf, i = self._spec, self._buf, self._i
+        markers = spec.reasoning_markers
+        m = markers.find(buf, i)
+        stop = m.start() if m else (len(buf) if self._final else markers.hold_from(buf, i))
+        self._think(buf[i:stop])
+        self._i = stop
+        if m is None:
+            return False
+        tok = m.group()
+        self._i = stop + len(tok)
+        if tok == spec.reasoning_close:
+            self._r_newlines = 0
+            self._lstrip = True
+            self._state = _State.CONTENT
+        elif tok in spec.ends:
+            self._diag("missing_think_end", _quote(spec.reasoning_close), _quote(tok), (self._r_start, self._abs(stop)))
+            self._state = _State.AFTER_END
+        else:
+            opens = tok == spec.block_open
+            if opens or not self._r_call_open:
+                span = (self._abs(stop), self._abs(self._i))
+                self._diag("call_in_reasoning", "no call inside reasoning", _quote(tok), span)
+            self._r_call_open = opens
+            self._think(tok)
+        return True
+
+    def _think(self, text: str) -> None:
+        if not self._r_started:
+            text = text.lstrip("\n")
+            if not text:
+                return
+            self._r_started = True
+        body = text.rstrip("\n")
+        if body:
+            self._events.append(ReasoningDelta("\n" * self._r_newlines + body))
+            self._r_newlines = 0
+        self._r_newlines += len(text) - len(body)
+
+    # ---- call blocks ---------------------------------------------------------------------
+
+    def _open_block(self, start: int, json_start: int) -> bool:
+        spec = self._spec
+        streaming = spec.layout != "list"
+        self._scan = JsonScanner(spec.name_key if streaming else None, spec.arguments_key if streaming else None)
+        self._block_start = self._abs(start)
+        self._scan_base = self._abs(json_start)
+        self._raw = [self._buf[start:json_start]]
+        self._json = []
+        self._call_index = None
+        self._args_sent = []
+        self._i = json_start
+        self._state = _State.BLOCK
+        return True
+
+    def _block(self) -> bool:
+        buf, i, scan = self._buf, self._i, self._scan
+        j = scan.feed(buf, i)
+        self._raw.append(buf[i:j])
+        self._json.append(buf[i:j])
+        self._i = j
+        self._stream_call()
+        if scan.done:
+            if self._spec.layout == "object":
+                self._state = _State.BLOCK_TAIL
+            else:
+                self._close_block(j)
+            return True
+        if scan.failed:
+            self._state = _State.BLOCK_FAILED
+            return True
+        return False
+
+    def _stream_call(self) -> None:
+        scan = self._scan
+        if self._call_index is None and scan.name:
+            self._start_call(scan.name, None)
+        if scan.out and self._call_index is not None:
+            text = scan.take_output()
+            self._args_sent.append(text)
+            self._events.append(ArgumentsDelta(self._call_index, text))
+
+    def _block_failed(self) -> bool:
+        spec, buf, i = self._spec, self._buf, self._i
+        err = self._scan.error
+        assert err is not None
+        tok = self._block_markers.at(buf, i) if err.code == "invalid_json" else None
+        if tok is None and err.code == "invalid_json" and not self._final and self._block_markers.could_start(buf, i):
+            return False
+        offset = self._scan_base + err.offset
+        if tok in spec.ends:
+            assert tok is not None
+            self._diag("unterminated_block", "the rest of the call", _quote(tok), (self._block_start, self._abs(i)))
+            self._i = i + len(tok)
+            self._state = _State.AFTER_END
+            return True
+        if tok is not None and tok == spec.block_open and spec.layout == "object":
+            self._diag("unbalanced_tags", "a JSON call object", _quote(tok), (self._abs(i), self._abs(i + len(tok))))
+            self._i = i + len(tok)
+            self._state = _State.BAD_BLOCK
+            return True
+        self._diag(err.code, err.expected, _quote(err.got), (offset, offset + max(1, len(err.got))))
+        if tok is not None and tok == spec.block_close:
+            self._i = i + len(tok)
+            self._state = _State.AFTER_CALL
+        else:
+            self._state = _State.BAD_BLOCK
+        return True
+
+    def _block_tail(self) -> bool:
+        spec, buf, i = self._spec, self._buf, self._i
+        k = i
+        while k < len(buf) and buf[k] in _WS:
+            k += 1
+        self._raw.append(buf[i:k])
+        self._i = k
+        if k == len(buf):
+            return False
+        if buf.startswith(spec.block_close, k):
+            self._raw.append(spec.block_close)
+            self._close_block(k + len(spec.block_close))
+            return True
+        tok = self._block_markers.at(buf, k)
+        if tok is None and not self._final and self._block_markers.could_start(buf, k):
+            return False
+        span = (self._abs(k), self._abs(k + len(tok or buf[k])))
+        if tok in spec.ends:
+            self._diag("unterminated_block", _quote(spec.block_close), _quote(tok), (self._block_start, span[0]))
+            self._i = span[1] - self._base
+            self._state = _State.AFTER_END
+            return True
+        code = "unbalanced_tags" if tok == spec.block_open else "invalid_json"
+        self._diag(code, _quote(spec.block_close), _quote(tok or buf[k]), span)
+        self._i = span[1] - self._base
+        self._state = _State.BAD_BLOCK
+        return True
+
+    def _close_block(self, end: int) -> None:
+        """The block's JSON (and close tag) is complete at buffer position `end`."""
+        spec = self._spec
+        self._i = end
+        self._state = _State.AFTER_CALL
+        span = (self._block_start, self._abs(end))
+        raw = "".join(self._raw)
+        body = "".join(self._json)
+        if not body.strip():
+            self._diag("empty_call_block", "a JSON call", _quote(raw), span)
+            return
+        value = json.loads(body)  # the scanner has checked it is strict JSON
+        if spec.layout == "single" and isinstance(value, list):
+            self._diag("parallel_calls_unsupported", "one call object", "a JSON array", span)
+            return
+        if spec.layout != "list":
+            shape = check_call_object(spec, value)
+            if isinstance(shape, ShapeError):
+                self._shape_error(shape, span)
+            else:
+                self._emit_call(shape, raw, span)
+            return
+        shapes = check_call_list(spec, value)
+        if isinstance(shapes, ShapeError):
+            self._shape_error(shapes, span)
+            return
+        for shape, (s, e) in zip(shapes, self._scan.element_spans, strict=True):
+            lo = self._scan_base - self._block_start
+            self._emit_call(shape, raw[lo + s : lo + e], (self._scan_base + s, self._scan_base + e))
+
+    def _shape_error(self, err: ShapeError, span: tuple[int, int]) -> None:
+        if self._spec.layout == "list" and err.element < len(self._scan.element_spans):
+            s, e = self._scan.element_spans[err.element]
+            span = (self._scan_base + s, self._scan_base + e)
+        self._diag(err.code, err.expected, err.got, span)
+
+    def _start_call(self, name: str, native_id: str | None) -> None:
+        index = self._n_calls
+        self._n_calls += 1
+        self._call_index = index
+        self._call_id = native_id or self._call_ids(index)
+        self._events.append(CallStart(index, self._call_id, name))
+
+    def _emit_call(self, shape: CallShape, raw: str, span: tuple[int, int]) -> None:
+        if self._call_index is None:
+            self._start_call(shape.name, shape.call_id)
+        index = self._call_index
+        assert index is not None
+        final = arguments_json(shape.arguments)
+        sent = "".join(self._args_sent)
+        self._call_index = None
+        self._args_sent = []
+        if not final.startswith(sent):  # a scanner bug must never pass as a call
+            self._diag("argument_stream_mismatch", _quote(final), _quote(sent), span)
+            return
+        if len(final) > len(sent):
+            self._events.append(ArgumentsDelta(index, final[len(sent) :]))
+        if self._names is not None and shape.name not in self._names:
+            self._diag("unknown_tool", "a declared tool", _quote(shape.name), span)
+        candidate = ToolCallCandidate(self._call_id, shape.name, shape.arguments, raw, span, self._spec.format)
+        self._events.append(CallEnd(index, candidate))
+
+    # ---- after a block -------------------------------------------------------------------
+
+    def _after_call(self) -> bool:
+        spec, buf, i = self._spec, self._buf, self._i
+        rest = buf[i:]
+        if spec.layout == "object":
+            nxt = spec.separator + spec.block_open
+            if rest.startswith(nxt):
+                return self._open_block(i + len(spec.separator), i + len(nxt))
+            if rest.startswith(spec.block_open):
+                return self._open_block(i, i + len(spec.block_open))
+        end = spec.ends_set.at(buf, i)
+        if end is not None:
+            self._i = i + len(end)
+            self._state = _State.AFTER_END
+            return True
+        if spec.layout == "list" and rest.startswith(spec.block_open):
+            span = (self._abs(i), self._abs(i + len(spec.block_open)))
+            self._diag("multiple_call_blocks", "one call block", _quote(spec.block_open), span)
+            self._state = _State.BAD_BLOCK
+            self._i = i + len(spec.block_open)
+            return True
+        if not rest or (not self._final and self._could_continue(rest)):
+            return False
+        self._trail_start = self._abs(i)
+        self._state = _State.SINGLE_TAIL if spec.layout == "single" else _State.TRAILING
+        return True
+
+    def _could_continue(self, rest: str) -> bool:
+        spec = self._spec
+        wanted = [*spec.ends, spec.block_open]
+        if spec.layout == "object":
+            wanted.append(spec.separator + spec.block_open)
+        return any(w.startswith(rest) for w in wanted)
+
+    def _single_tail(self) -> bool:
+        buf, k = self._buf, self._i
+        while k < len(buf) and buf[k] in _LLAMA_TAIL_SKIP:
+            k += 1
+        self._i = k
+        if k == len(buf):
+            return False
+        if buf[k] in "{[":
+            span = (self._abs(k), self._abs(k + 1))
+            self._diag("parallel_calls_unsupported", "one call", _quote(buf[k]), span)
+            self._state = _State.BAD_BLOCK
+            return True
+        self._state = _State.TRAILING
+        return True
+
+    def _trailing(self) -> bool:
+        buf, i = self._buf, self._i
+        markers = self._trailing_markers
+        m = markers.find(buf, i)
+        if m is None:
+            self._i = len(buf) if self._final else markers.hold_from(buf, i)
+            return False
+        k, tok = m.start(), m.group()
+        span = (self._trail_start, self._abs(k))
+        if tok == self._spec.block_open:
+            self._diag("text_between_calls", "only a separator between calls", f"{span[1] - span[0]} characters", span)
+            return self._open_block(k, k + len(tok))
+        self._diag("trailing_text", "the end of the turn", f"{span[1] - span[0]} characters", span)
+        self._i = k + len(tok)
+        self._state = _State.AFTER_END
+        return True
+
+    def _bad_block(self) -> bool:
+        buf, i = self._buf, self._i
+        markers = self._skip_markers
+        m = markers.find(buf, i)
+        if m is None:
+            self._i = len(buf) if self._final else markers.hold_from(buf, i)
+            return False
+        self._i = m.end()
+        self._state = _State.AFTER_END if m.group() in self._spec.ends else _State.AFTER_CALL
+        return True
+
+    def _after_end(self) -> bool:
+        if self._i < len(self._buf) and self._end_trail_start < 0:
+            self._end_trail_start = self._abs(self._i)
+        self._i = len(self._buf)
+        return False
+
+    # ---- end of text ---------------------------------------------------------------------
+
+    def _finish_state(self) -> None:
+        state, spec = self._state, self._spec
+        end = self._abs(len(self._buf))
+        if state == _State.REASONING:
+            self._diag("missing_think_end", _quote(spec.reasoning_close), "end of text", (self._r_start, end))
+        elif state == _State.BLOCK:
+            self._scan.finish()
+            if self._scan.done and spec.layout != "object":
+                self._close_block(len(self._buf))
+                return
+            self._diag("unterminated_block", "the rest of the call", "end of text", (self._block_start, end))
+        elif state == _State.BLOCK_TAIL:
+            self._diag("unterminated_block", _quote(spec.block_close), "end of text", (self._block_start, end))
+        elif state in (_State.TRAILING, _State.SINGLE_TAIL):
+            self._diag(
+                "trailing_text",
+                "the end of the turn",
+                f"{end - self._trail_start} characters",
+                (self._trail_start, end),
+            )
+        elif state == _State.AFTER_END and self._end_trail_start >= 0:
+            span = (self._end_trail_start, end)
+            self._diag("trailing_text", "nothing after the end of the turn", f"{end - span[0]} characters", span)
+
+    def _diag(self, code: str, expected: str, got: str, span: tuple[int, int]) -> None:
+        message = f"expected {expected}, got {got} at offset {span[0]}"
+        self._events.append(DiagnosticEvent(Diagnostic(code, message, span)))
+
+
+def make_parser(fmt: ToolCallFormat, tools: Tools, *, thinking: bool, call_ids: CallIdFactory) -> StreamParser:
+    """A fresh parser for one response in a JSON-family format."""
+    return JsonCallParser(json_family_spec(fmt.name), tools, thinking=thinking, call_ids=call_ids)

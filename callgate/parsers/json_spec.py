@@ -1,0 +1,156 @@
+"""What the JSON-family parser reads from a format spec, and a marker finder with hold-back.
+
+Knows: how the `markers` of the three JSON-family formats (hermes, llama3-json, mistral)
+map onto one parser: the call layout, the block markers, the end-of-turn tokens, the keys of
+a call object, and which texts in free text mean what. Does not know: events, or JSON.
+
+Layouts (ToolCallFormat.markers["call_layout"]):
+  object  CONTENT (sep block_open JSON-object block_close)*   hermes; calls repeat
+  single  [python_tag] JSON-object, or plain content            llama3-json; one call
+  list    CONTENT block_open JSON-list-of-objects               mistral; ids in the objects
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import cache
+from typing import Literal
+
+from callgate.formats import ToolCallFormat, get_format
+
+Layout = Literal["object", "single", "list"]
+# What a marker met in free text means.
+Action = Literal[
+    "block",  # opens a call block
+    "end",  # end of turn
+    "unbalanced",  # a block close with no open block
+    "stray_think",  # a reasoning tag outside the leading reasoning block
+    "text_before_call",  # a call after content where the format forbids it
+    "special",  # any other control token
+]
+
+
+@dataclass(frozen=True, slots=True)
+class MarkerSet:
+    """Finds the earliest of a fixed set of markers, and how much of a text's tail could
+    still become one (the hold-back a streaming parser must keep)."""
+
+    markers: tuple[str, ...]
+    pattern: re.Pattern[str]
+    prefixes: frozenset[str]  # proper, non-empty prefixes of the markers
+    first_chars: frozenset[str]
+    longest: int
+
+    @staticmethod
+    def of(markers: tuple[str, ...]) -> MarkerSet:
+        ordered = tuple(sorted(set(markers), key=lambda m: (-len(m), m)))
+        alternation = "|".join(re.escape(m) for m in ordered) or r"(?!x)x"
+        prefixes = frozenset(m[:k] for m in ordered for k in range(1, len(m)))
+        return MarkerSet(
+            ordered,
+            re.compile(alternation),
+            prefixes,
+            frozenset(m[0] for m in ordered),
+            max((len(m) for m in ordered), default=0),
+        )
+
+    def find(self, text: str, start: int) -> re.Match[str] | None:
+        return self.pattern.search(text, start)
+
+    def hold_from(self, text: str, start: int) -> int:
+        """The first index >= start from which text's tail is a proper prefix of a marker
+        (len(text) when none): the text from there must wait for more input."""
+        end = len(text)
+        for i in range(max(start, end - self.longest + 1), end):
+            if text[i] in self.first_chars and text[i:] in self.prefixes:
+                return i
+        return end
+
+    def at(self, text: str, pos: int) -> str | None:
+        """The marker starting exactly at pos, if any."""
+        m = self.pattern.match(text, pos)
+        return m.group() if m else None
+
+    def could_start(self, text: str, pos: int) -> bool:
+        """text[pos:] is a proper prefix of a marker (more input could complete one)."""
+        return text[pos:] in self.prefixes
+
+
+@dataclass(frozen=True, slots=True)
+class JsonFamilySpec:
+    format: str
+    layout: Layout
+    block_open: str  # object/list: opens a block; single: the optional python tag
+    block_close: str  # object only; "" otherwise
+    separator: str  # object only: between content and a call, and between calls
+    ends: tuple[str, ...]  # end-of-turn tokens
+    name_key: str
+    arguments_key: str
+    id_key: str  # list only; "" otherwise
+    id_pattern: re.Pattern[str] | None
+    reasoning_open: str  # "" where the format has no reasoning block
+    reasoning_close: str
+    content_markers: MarkerSet
+    content_actions: dict[str, Action]
+    ends_set: MarkerSet
+    reasoning_markers: MarkerSet
+
+
+def _content_actions(fmt: ToolCallFormat, layout: Layout, block_open: str, block_close: str) -> dict[str, Action]:
+    actions: dict[str, Action] = {tok: "special" for tok in fmt.special_tokens}
+    for tok in (fmt.reasoning_open, fmt.reasoning_close):
+        if tok:
+            actions[tok] = "stray_think"
+    if layout == "single":
+        actions[block_open] = "text_before_call"
+        actions[fmt.markers["call_in_text"]] = "text_before_call"
+    else:
+        actions[block_open] = "block"
+    if block_close:
+        actions[block_close] = "unbalanced"
+    for tok in _ends(fmt):
+        actions[tok] = "end"
+    return actions
+
+
+def _ends(fmt: ToolCallFormat) -> tuple[str, ...]:
+    extra = fmt.markers.get("end_of_message")
+    return (fmt.eos, extra) if extra else (fmt.eos,)
+
+
+@cache
+def json_family_spec(format: str) -> JsonFamilySpec:
+    """The parser's view of a JSON-family format (computed once per format)."""
+    fmt = get_format(format)
+    m = fmt.markers
+    layout: Layout
+    if m["call_layout"] == "object":
+        layout, block_open, block_close, sep = "object", m["block_open"], m["block_close"], m["call_separator"]
+    elif m["call_layout"] == "single":
+        layout, block_open, block_close, sep = "single", m["python_tag"], "", ""
+    elif m["call_layout"] == "list":
+        layout, block_open, block_close, sep = "list", m["calls"], "", ""
+    else:
+        raise ValueError(f"{format}: unknown call_layout {m['call_layout']!r}")
+    actions = _content_actions(fmt, layout, block_open, block_close)
+    id_pattern = m.get("call_id_pattern")
+    reasoning = tuple(t for t in (fmt.reasoning_close, block_open, block_close, *_ends(fmt)) if t)
+    return JsonFamilySpec(
+        format=fmt.name,
+        layout=layout,
+        block_open=block_open,
+        block_close=block_close,
+        separator=sep,
+        ends=_ends(fmt),
+        name_key=m["name_key"],
+        arguments_key=m["arguments_key"],
+        id_key=m.get("id_key", ""),
+        id_pattern=re.compile(id_pattern) if id_pattern else None,
+        reasoning_open=fmt.reasoning_open or "",
+        reasoning_close=fmt.reasoning_close or "",
+        content_markers=MarkerSet.of(tuple(actions)),
+        content_actions=actions,
+        ends_set=MarkerSet.of(_ends(fmt)),
+        reasoning_markers=MarkerSet.of(reasoning),
+    )
