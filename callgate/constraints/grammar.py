@@ -1,0 +1,77 @@
+"""A normalised request -> the regex of everything the model may write.
+
+Knows: how the tool_choice modes compose a format family's pieces (content, reasoning,
+calls) and when `auto` can be lazy. Does not know: vocabularies or compilation.
+
+The regex covers the text before the end-of-turn token: the model's EOS token is allowed
+only where the regex can end, and the parser is handed the text plus the format's EOS.
+
+Modes:
+* none             -- [reasoning] content; the call syntax cannot be produced.
+* auto (lazy)      -- `trigger` set; `regex` is the call block from the trigger on. Text
+                      before the trigger is free; once the trigger appears, the rest must be
+                      a complete block. Used where content may precede calls and no
+                      reasoning block is open (otherwise a trigger inside reasoning would
+                      force a call there).
+* auto (eager)     -- [reasoning] content [calls]  (llama3-json: content | call).
+* required         -- [reasoning] calls (one or more; exactly one when not parallel).
+* named            -- [reasoning] exactly one call to that tool.
+* response_format  -- [reasoning] JSON of the response schema.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from types import ModuleType
+
+from callgate.constraints.json_schema import Context, schema_regex
+from callgate.constraints.request import GrammarRequest
+from callgate.formats import ToolCallFormat, get_format
+
+_FAMILY_MODULES = {
+    "dsml": "callgate.constraints.dsml",
+    "qwen3-xml": "callgate.constraints.qwen3_xml",
+    "json": "callgate.constraints.json_calls",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Grammar:
+    regex: str
+    trigger: str | None  # set: lazy, `regex` starts with the trigger text
+
+
+def family(fmt: ToolCallFormat) -> ModuleType:
+    return importlib.import_module(_FAMILY_MODULES[fmt.family])
+
+
+def grammar(req: GrammarRequest) -> Grammar:
+    """Raises SchemaTooComplexError naming what a regex cannot enforce."""
+    fmt = get_format(req.format)
+    fam = family(fmt)
+    thinking = req.thinking and fmt.reasoning_close is not None
+    prefix = fam.reasoning(fmt) if thinking else ""
+    if req.mode == "response_format":
+        assert req.response_schema is not None
+        schema = req.response_schema
+        return Grammar(prefix + schema_regex(schema, Context(root=schema), "response_format"), None)
+    if req.mode == "none":
+        return Grammar(prefix + fam.content(fmt), None)
+    calls: str = fam.calls(fmt, req.tools, parallel=req.parallel)
+    if req.mode in ("required", "named"):
+        return Grammar(prefix + calls, None)
+    return _auto(fmt, fam, req, prefix, calls)
+
+
+def _auto(fmt: ToolCallFormat, fam: ModuleType, req: GrammarRequest, prefix: str, calls: str) -> Grammar:
+    mixes = getattr(fam, "lazy_ok", lambda f: True)(fmt)
+    if req.response_schema is not None:
+        answer = schema_regex(req.response_schema, Context(root=req.response_schema), "response_format")
+        return Grammar(f"{prefix}(?:{answer}|{calls})", None)
+    if mixes and not prefix:
+        return Grammar(calls, fmt.call_trigger)
+    content: str = fam.content(fmt)
+    if not mixes:
+        return Grammar(f"{prefix}(?:{content}|{calls})", None)
+    return Grammar(f"{prefix}{content}(?:{calls})?", None)

@@ -1,0 +1,79 @@
+"""Grammars of the JSON-call family: hermes, llama3-json, mistral.
+
+Knows: how each JSON-call format frames a call (golden/{hermes,llama3-json,mistral}/
+FORMAT.md), spelled with the markers of callgate.formats; arguments come from each tool's
+parameter schema via json_schema. Does not know: tool_choice (callers pick the tools and
+the number of calls) or vocabularies.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from callgate.constraints.json_schema import WS, Context, const_regex, schema_regex
+from callgate.constraints.request import ToolSpec
+from callgate.constraints.text import alternation, literal, text_without
+from callgate.formats import ToolCallFormat
+
+
+def _arguments(tool: ToolSpec) -> str:
+    schema = tool.parameters
+    return schema_regex(schema, Context(root=schema), f"tools/{tool.name}/parameters")
+
+
+def _key(name: str) -> str:
+    return f"{const_regex(name)}{WS}:{WS}"
+
+
+def _call_object(tool: ToolSpec, fmt: ToolCallFormat, extra: str = "") -> str:
+    m = fmt.markers
+    name = f"{_key(m['name_key'])}{const_regex(tool.name)}"
+    arguments = f"{_key(m['arguments_key'])}{_arguments(tool)}"
+    return rf"\{{{WS}{name}{WS},{WS}{arguments}{extra}{WS}\}}"
+
+
+def content(fmt: ToolCallFormat) -> str:
+    """Free text the parser reads as content: no control token, no call syntax."""
+    if fmt.markers["call_layout"] == "single":
+        # Output starting with <|python_tag|>, { or [ is a call; a call object later on
+        # is text_before_call.
+        rest = text_without([*fmt.special_tokens, fmt.markers["call_in_text"]])
+        return rf"(?:[^{{\[<]{rest})?"
+    return text_without(fmt.special_tokens)
+
+
+def reasoning(fmt: ToolCallFormat) -> str:
+    """The rest of a reasoning block the prompt opened, its close and the blank line after."""
+    assert fmt.reasoning_close is not None
+    return text_without(fmt.special_tokens) + literal(fmt.reasoning_close) + "\n{0,2}"
+
+
+def calls(fmt: ToolCallFormat, tools: Sequence[ToolSpec], *, parallel: bool) -> str:
+    """One call (parallel=False) or one or more, starting with the format's call trigger."""
+    layout = fmt.markers["call_layout"]
+    if layout == "single":
+        # The template writes no <|python_tag|> (the parser accepts one); one call only.
+        return alternation(_call_object(t, fmt) for t in tools)
+    if layout == "list":
+        return _list_calls(fmt, tools, parallel)
+    return _object_calls(fmt, tools, parallel)
+
+
+def _object_calls(fmt: ToolCallFormat, tools: Sequence[ToolSpec], parallel: bool) -> str:
+    m = fmt.markers
+    body = alternation(_call_object(t, fmt) for t in tools)
+    block = literal(m["block_open"] + "\n") + body + literal("\n" + m["block_close"])
+    return f"{block}(?:{literal(m['call_separator'])}{block})*" if parallel else block
+
+
+def _list_calls(fmt: ToolCallFormat, tools: Sequence[ToolSpec], parallel: bool) -> str:
+    m = fmt.markers
+    call_id = f'(?:{WS},{WS}{_key(m["id_key"])}"{m["call_id_pattern"]}")?'
+    obj = alternation(_call_object(t, fmt, call_id) for t in tools)
+    items = f"{obj}(?:{WS},{WS}{obj})*" if parallel else obj
+    return literal(m["calls"]) + rf"\[{WS}{items}{WS}\]"
+
+
+def lazy_ok(fmt: ToolCallFormat) -> bool:
+    """Whether content may precede a call (so free text up to the trigger is fine)."""
+    return bool(fmt.markers["call_layout"] != "single")

@@ -1,0 +1,364 @@
+"""JSON Schema -> regular expression of the JSON texts that satisfy it.
+
+Knows: a subset of Draft 2020-12 that it can enforce exactly or more strictly, and the JSON
+lexical grammar (RFC 8259) as Python's `json.dumps` writes it and `json.loads` reads it.
+Does not know: formats, tools or vocabularies.
+
+Why not `outlines_core.json_schema.build_regex_from_schema`: checked on outlines-core
+0.2.14, it silently ignores `minimum`/`maximum`/`multipleOf`/`uniqueItems`/
+`maxProperties`/`patternProperties`/..., compiles `oneOf` as a plain alternation (a value
+matching two branches passes), and its string pattern refuses valid JSON (`\\uXXXX`
+escapes and raw U+007F..U+009F, which `json.dumps(ensure_ascii=False)` writes). A grammar
+must never be weaker than the schema, so this module names any keyword it cannot enforce
+(SchemaTooComplexError) instead of dropping it.
+
+Deliberately stricter than the schema (documented, never weaker):
+* object properties appear in `properties` order and undeclared keys are not produced when
+  `properties` is given; free-form objects and values nest at most `GENERIC_DEPTH` deep;
+* whitespace is at most one space around `:` and `,` (what `json.dumps` writes, or none);
+* strings never hold `\\u` escapes of surrogates; integers have no fraction or exponent;
+* recursive `$ref` is unrolled `REF_DEPTH` times;
+* `format` is an annotation in 2020-12; `date`, `time`, `date-time` and `uuid` are
+  enforced anyway, other formats are left unchecked (as a 2020-12 validator does).
+
+Known gap: a regex cannot forbid a repeated key in a free-form object.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from callgate.constraints.text import alternation, literal
+from callgate.errors import SchemaTooComplexError
+
+GENERIC_DEPTH = 3
+REF_DEPTH = 3
+MAX_REPEAT = 256
+
+WS = "[ ]?"
+_HEX = "[0-9a-fA-F]"
+# A \u escape of anything but a surrogate (lone surrogates decode to unencodable text).
+_U_ESCAPE = r"u(?:[0-9a-cA-C]" + _HEX + "{3}|[dD][0-7]" + _HEX + "{2}|[e-fE-F]" + _HEX + "{3})"
+STRING_CHAR = r'(?:[^"\\\x00-\x1F]|\\(?:["\\/bfnrt]|' + _U_ESCAPE + "))"
+STRING = f'"{STRING_CHAR}*"'
+INTEGER = "-?(?:0|[1-9][0-9]*)"
+NUMBER = INTEGER + r"(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?"
+BOOLEAN = "(?:true|false)"
+NULL = "null"
+
+FORMATS = {
+    "date": r"[0-9]{4}-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12][0-9]|3[01])",
+    "time": r"(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\.[0-9]+)?(?:Z|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])",
+    "uuid": r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}",
+}
+FORMATS["date-time"] = FORMATS["date"] + "[Tt]" + FORMATS["time"]
+
+ANNOTATIONS = frozenset(
+    {
+        "title", "description", "default", "examples", "$comment", "deprecated", "readOnly",
+        "writeOnly", "$schema", "$id", "$anchor", "$defs", "definitions", "format",
+        "contentMediaType", "contentEncoding", "nullable", "strict",
+    }
+)  # fmt: skip
+_BY_TYPE: Mapping[str, frozenset[str]] = {
+    "string": frozenset({"minLength", "maxLength"}),
+    "array": frozenset({"items", "prefixItems", "minItems", "maxItems"}),
+    "object": frozenset({"properties", "required", "additionalProperties"}),
+}
+_GENERAL = frozenset({"type", "enum", "const", "anyOf", "oneOf", "allOf", "$ref"})
+_KINDS = ("null", "boolean", "object", "array", "number", "string")
+
+
+def _too_complex(path: str, keyword: str, why: str) -> SchemaTooComplexError:
+    return SchemaTooComplexError(f"schema keyword {keyword!r} at {path or '/'} {why}", param=path or None)
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    """The root schema (for `$ref`) and the remaining depth budgets."""
+
+    root: Mapping[str, Any]
+    generic_depth: int = GENERIC_DEPTH
+    ref_depth: int = REF_DEPTH
+
+
+def generic_value(depth: int = GENERIC_DEPTH) -> str:
+    """Any JSON value with containers nested at most `depth` deep."""
+    scalar = alternation([STRING, NUMBER, BOOLEAN, NULL])
+    if depth <= 0:
+        return scalar
+    inner = generic_value(depth - 1)
+    array = rf"\[{WS}(?:{inner}(?:{WS},{WS}{inner})*)?{WS}\]"
+    member = f"{STRING}{WS}:{WS}{inner}"
+    obj = rf"\{{{WS}(?:{member}(?:{WS},{WS}{member})*)?{WS}\}}"
+    return alternation([scalar, array, obj])
+
+
+def const_regex(value: Any) -> str:
+    """The JSON text `json.dumps` writes for `value`."""
+    return literal(json.dumps(value, ensure_ascii=False))
+
+
+def schema_regex(schema: Any, ctx: Context | None = None, path: str = "") -> str:
+    """Regex of the JSON texts valid under `schema`.
+
+    Raises SchemaTooComplexError naming the first keyword it cannot enforce, or when the
+    schema admits no value it can produce.
+    """
+    ctx = ctx or Context(root=schema if isinstance(schema, Mapping) else {})
+    rx = _regex(schema, ctx, path)
+    if rx is None:
+        raise _too_complex(path, "$ref", "admits no value within the grammar's depth bounds")
+    return rx
+
+
+def _regex(schema: Any, ctx: Context, path: str) -> str | None:
+    """None: no value can be produced (a `false` schema, or a recursion cut off)."""
+    if schema is True or schema == {}:
+        return generic_value(ctx.generic_depth)
+    if schema is False:
+        return None
+    if not isinstance(schema, Mapping):
+        raise _too_complex(path, "schema", "is neither an object nor a boolean")
+    _check_keywords(schema, path)
+    if "$ref" in schema:
+        return _ref(schema, ctx, path)
+    if "allOf" in schema:
+        return _all_of(schema, ctx, path)
+    if "const" in schema:
+        return const_regex(schema["const"])
+    if "enum" in schema:
+        return _enum(schema, path)
+    if "anyOf" in schema or "oneOf" in schema:
+        return _any_of(schema, ctx, path)
+    return _typed(schema, declared_types(schema, path), ctx, path)
+
+
+def _check_keywords(schema: Mapping[str, Any], path: str) -> None:
+    known = ANNOTATIONS | _GENERAL | frozenset().union(*_BY_TYPE.values())
+    for key in schema:
+        if key not in known:
+            raise _too_complex(path, key, "cannot be enforced by a regular grammar")
+    if "$ref" in schema and len(schema.keys() - ANNOTATIONS) > 1:
+        raise _too_complex(path, "$ref", "with sibling keywords is not supported")
+    combined = [k for k in ("const", "enum", "anyOf", "oneOf", "allOf") if k in schema]
+    if len(combined) > 1 or (combined and schema.keys() & frozenset().union(*_BY_TYPE.values())):
+        raise _too_complex(path, combined[0], "combined with other validation keywords is not supported")
+
+
+def declared_types(schema: Mapping[str, Any], path: str) -> list[str]:
+    declared = schema.get("type")
+    if declared is None:
+        inferred = [t for t, kws in _BY_TYPE.items() if schema.keys() & kws]
+        return inferred or [*_KINDS, "integer"]
+    types = [declared] if isinstance(declared, str) else list(declared)
+    for t in types:
+        if t not in (*_KINDS, "integer"):
+            raise _too_complex(path, "type", f"names unknown type {t!r}")
+    return types
+
+
+def _typed(schema: Mapping[str, Any], types: list[str], ctx: Context, path: str) -> str | None:
+    if set(types) >= {"integer", "number"}:
+        types = [t for t in types if t != "integer"]
+    builders: dict[str, Callable[[], str | None]] = {
+        "null": lambda: NULL,
+        "boolean": lambda: BOOLEAN,
+        "integer": lambda: INTEGER,
+        "number": lambda: NUMBER,
+        "string": lambda: _string(schema, path),
+        "array": lambda: _array(schema, ctx, path),
+        "object": lambda: _object(schema, ctx, path),
+    }
+    alts = [rx for t in types if (rx := builders[t]()) is not None]
+    return alternation(alts) if alts else None
+
+
+def _bound(schema: Mapping[str, Any], key: str, path: str) -> int | None:
+    value = schema.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise _too_complex(path, key, "must be a non-negative integer")
+    if value > MAX_REPEAT:
+        raise _too_complex(path, key, f"above {MAX_REPEAT} makes the grammar too large")
+    return value
+
+
+def _repeat(lo: int | None, hi: int | None) -> str:
+    lo = lo or 0
+    if hi is None:
+        return "*" if lo == 0 else ("+" if lo == 1 else f"{{{lo},}}")
+    return f"{{{lo},{hi}}}"
+
+
+def _string(schema: Mapping[str, Any], path: str) -> str:
+    fmt = schema.get("format")
+    if isinstance(fmt, str) and fmt in FORMATS and not schema.keys() & {"minLength", "maxLength"}:
+        return f'"{FORMATS[fmt]}"'
+    lo, hi = _bound(schema, "minLength", path), _bound(schema, "maxLength", path)
+    if lo is None and hi is None:
+        return STRING
+    return f'"{STRING_CHAR}{_repeat(lo, hi)}"'
+
+
+def _enum(schema: Mapping[str, Any], path: str) -> str:
+    values = schema["enum"]
+    if not isinstance(values, list) or not values:
+        raise _too_complex(path, "enum", "must be a non-empty array")
+    return alternation(const_regex(v) for v in values)
+
+
+def _all_of(schema: Mapping[str, Any], ctx: Context, path: str) -> str | None:
+    parts = schema["allOf"]
+    if not isinstance(parts, list) or len(parts) != 1:
+        raise _too_complex(path, "allOf", "with more than one schema (an intersection) is not supported")
+    return _regex(parts[0], ctx, f"{path}/allOf/0")
+
+
+def _kinds(schema: Any) -> frozenset[str] | None:
+    """JSON kinds a branch can produce, when evident from `type`/`const`/`enum`."""
+    if not isinstance(schema, Mapping):
+        return None
+    values = [schema["const"]] if "const" in schema else schema.get("enum")
+    if isinstance(values, list):
+        return frozenset(_kind_of(v) for v in values)
+    declared = schema.get("type")
+    if declared is None or schema.keys() & {"anyOf", "oneOf", "allOf", "$ref"}:
+        return None
+    types = {declared} if isinstance(declared, str) else set(declared)
+    return frozenset("number" if t == "integer" else t for t in types)
+
+
+def _kind_of(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    return "array" if isinstance(value, list) else "object"
+
+
+def _any_of(schema: Mapping[str, Any], ctx: Context, path: str) -> str | None:
+    key = "anyOf" if "anyOf" in schema else "oneOf"
+    branches = schema[key]
+    if not isinstance(branches, list) or not branches:
+        raise _too_complex(path, key, "must be a non-empty array")
+    if key == "oneOf":
+        _check_disjoint(branches, path)
+    alts = [rx for i, b in enumerate(branches) if (rx := _regex(b, ctx, f"{path}/{key}/{i}")) is not None]
+    return alternation(alts) if alts else None
+
+
+def _check_disjoint(branches: Sequence[Any], path: str) -> None:
+    seen: set[str] = set()
+    for b in branches:
+        kinds = _kinds(b)
+        if kinds is None or seen & kinds:
+            raise _too_complex(path, "oneOf", "with branches that may overlap cannot be enforced exactly")
+        seen |= kinds
+
+
+def _ref(schema: Mapping[str, Any], ctx: Context, path: str) -> str | None:
+    ref = schema["$ref"]
+    if ctx.ref_depth <= 0:
+        return None
+    if not isinstance(ref, str) or not ref.startswith("#"):
+        raise _too_complex(path, "$ref", "to a remote document is not supported")
+    target: Any = ctx.root
+    for part in filter(None, ref[1:].split("/")):
+        part = part.replace("~1", "/").replace("~0", "~")
+        if not isinstance(target, Mapping) or part not in target:
+            raise _too_complex(path, "$ref", f"{ref!r} does not resolve")
+        target = target[part]
+    inner = Context(ctx.root, ctx.generic_depth, ctx.ref_depth - 1)
+    return _regex(target, inner, f"{path}/$ref")
+
+
+def _deeper(ctx: Context) -> Context:
+    return Context(ctx.root, max(ctx.generic_depth - 1, 0), ctx.ref_depth)
+
+
+def _array(schema: Mapping[str, Any], ctx: Context, path: str) -> str | None:
+    lo, hi = _bound(schema, "minItems", path) or 0, _bound(schema, "maxItems", path)
+    prefix = schema.get("prefixItems", [])
+    if not isinstance(prefix, list):
+        raise _too_complex(path, "prefixItems", "must be an array")
+    if prefix:
+        raise _too_complex(path, "prefixItems", "is not supported")
+    items = schema.get("items", True)
+    if items is True and ctx.generic_depth <= 0:
+        return None if lo > 0 else rf"\[{WS}\]"
+    item = _regex(items, _deeper(ctx), f"{path}/items")
+    if item is None:
+        return None if lo > 0 else rf"\[{WS}\]"
+    rest = _repeat(max(lo - 1, 0), None if hi is None else max(hi - 1, 0))
+    body = f"{item}(?:{WS},{WS}{item}){rest}"
+    if hi == 0:
+        return rf"\[{WS}\]"
+    return rf"\[{WS}{body}{WS}\]" if lo > 0 else rf"\[{WS}(?:{body})?{WS}\]"
+
+
+def _object(schema: Mapping[str, Any], ctx: Context, path: str) -> str | None:
+    props = schema.get("properties")
+    required = schema.get("required", [])
+    if not isinstance(required, list):
+        raise _too_complex(path, "required", "must be an array")
+    if props is None:
+        if required:
+            raise _too_complex(path, "required", "without `properties` is not supported")
+        return _free_object(schema, ctx, path)
+    if not isinstance(props, Mapping):
+        raise _too_complex(path, "properties", "must be an object")
+    missing = [r for r in required if r not in props]
+    if missing:
+        raise _too_complex(path, "required", f"names undeclared properties {missing!r}")
+    members: list[tuple[str, bool]] = []
+    for name, sub in props.items():
+        rx = _regex(sub, _deeper(ctx), f"{path}/properties/{name}")
+        if rx is None:
+            if name in required:
+                return None
+            continue
+        members.append((f"{const_regex(name)}{WS}:{WS}{rx}", name in required))
+    return rf"\{{{WS}{ordered_members(members, f'{WS},{WS}')}{WS}\}}"
+
+
+def _free_object(schema: Mapping[str, Any], ctx: Context, path: str) -> str | None:
+    extra = schema.get("additionalProperties", True)
+    if extra is False or (extra is True and ctx.generic_depth <= 0):
+        return rf"\{{{WS}\}}"
+    value = _regex(extra, _deeper(ctx), f"{path}/additionalProperties")
+    if value is None:
+        return rf"\{{{WS}\}}"
+    member = f"{STRING}{WS}:{WS}{value}"
+    return rf"\{{{WS}(?:{member}(?:{WS},{WS}{member})*)?{WS}\}}"
+
+
+def ordered_members(members: Sequence[tuple[str, bool]], sep: str) -> str:
+    """Members in the given order, each either required or optional, joined by `sep`.
+
+    Linear in the members after the first one written; the choice of the first written
+    member makes the whole regex quadratic in the number of leading optional members.
+    """
+
+    def after_first(i: int) -> str:
+        return "".join(f"{sep}{m}" if req else f"(?:{sep}{m})?" for m, req in members[i:])
+
+    def from_(i: int) -> str:
+        if i == len(members):
+            return ""
+        member, req = members[i]
+        first = member + after_first(i + 1)
+        if req:
+            return first
+        rest = from_(i + 1)
+        return alternation([first, rest]) if rest else f"(?:{first})?"
+
+    return from_(0)
