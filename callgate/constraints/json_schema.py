@@ -14,7 +14,8 @@ must never be weaker than the schema, so this module names any keyword it cannot
 
 Deliberately stricter than the schema (documented, never weaker):
 * object properties appear in `properties` order and undeclared keys are not produced when
-  `properties` is given; free-form objects and values nest at most `GENERIC_DEPTH` deep;
+  `properties` is given; a free-form value (`{}`, untyped `items`/`additionalProperties`)
+  nests containers at most `GENERIC_DEPTH` deep;
 * whitespace is at most one space around `:` and `,` (what `json.dumps` writes, or none);
 * strings never hold `\\u` escapes of surrogates; integers have no fraction or exponent;
 * recursive `$ref` is unrolled `REF_DEPTH` times;
@@ -281,10 +282,6 @@ def _ref(schema: Mapping[str, Any], ctx: Context, path: str) -> str | None:
     return _regex(target, inner, f"{path}/$ref")
 
 
-def _deeper(ctx: Context) -> Context:
-    return Context(ctx.root, max(ctx.generic_depth - 1, 0), ctx.ref_depth)
-
-
 def _array(schema: Mapping[str, Any], ctx: Context, path: str) -> str | None:
     lo, hi = _bound(schema, "minItems", path) or 0, _bound(schema, "maxItems", path)
     prefix = schema.get("prefixItems", [])
@@ -292,10 +289,7 @@ def _array(schema: Mapping[str, Any], ctx: Context, path: str) -> str | None:
         raise _too_complex(path, "prefixItems", "must be an array")
     if prefix:
         raise _too_complex(path, "prefixItems", "is not supported")
-    items = schema.get("items", True)
-    if items is True and ctx.generic_depth <= 0:
-        return None if lo > 0 else rf"\[{WS}\]"
-    item = _regex(items, _deeper(ctx), f"{path}/items")
+    item = _regex(schema.get("items", True), ctx, f"{path}/items")
     if item is None:
         return None if lo > 0 else rf"\[{WS}\]"
     rest = _repeat(max(lo - 1, 0), None if hi is None else max(hi - 1, 0))
@@ -321,7 +315,7 @@ def _object(schema: Mapping[str, Any], ctx: Context, path: str) -> str | None:
         raise _too_complex(path, "required", f"names undeclared properties {missing!r}")
     members: list[tuple[str, bool]] = []
     for name, sub in props.items():
-        rx = _regex(sub, _deeper(ctx), f"{path}/properties/{name}")
+        rx = _regex(sub, ctx, f"{path}/properties/{name}")
         if rx is None:
             if name in required:
                 return None
@@ -332,9 +326,7 @@ def _object(schema: Mapping[str, Any], ctx: Context, path: str) -> str | None:
 
 def _free_object(schema: Mapping[str, Any], ctx: Context, path: str) -> str | None:
     extra = schema.get("additionalProperties", True)
-    if extra is False or (extra is True and ctx.generic_depth <= 0):
-        return rf"\{{{WS}\}}"
-    value = _regex(extra, _deeper(ctx), f"{path}/additionalProperties")
+    value = _regex(extra, ctx, f"{path}/additionalProperties")
     if value is None:
         return rf"\{{{WS}\}}"
     member = f"{STRING}{WS}:{WS}{value}"
