@@ -406,12 +406,12 @@ class Qwen3XmlParser:
         return pos + k
 
     def _read_function_name(self, at: int) -> None:
-        del at
-        self._read_name("bad_function_tag", self._function_named)
+        self._read_name(at, "bad_function_tag", self._function_named)
 
-    def _read_name(self, code: str, then: Callable[[str], str | None]) -> None:
+    def _read_name(self, at: int, code: str, then: Callable[[str], str | None]) -> None:
         call = self._call
         call.name_code, call.name_then, call.name_parts = code, then, []
+        call.name_start = at
         self._state = self._name
 
     def _name(self, buf: str, pos: int) -> int:
@@ -420,7 +420,8 @@ class Qwen3XmlParser:
         call.name_parts.append(buf[pos:j])
         name = "".join(call.name_parts)
         if len(name) > _MAX_NAME_CHARS:
-            self._fail(call.name_code, f"a name of at most {_MAX_NAME_CHARS} characters", name[:8], self._abs(pos))
+            at = call.name_start + _MAX_NAME_CHARS
+            self._fail(call.name_code, f"a name of at most {_MAX_NAME_CHARS} characters", name[_MAX_NAME_CHARS], at)
             return pos
         if j == len(buf):
             call.raw.append(buf[pos:j])
@@ -457,7 +458,7 @@ class Qwen3XmlParser:
             return pos
         if option == sx.p_open:
             self._call.raw.append(option)
-            self._read_name("bad_parameter_tag", self._parameter_named)
+            self._read_name(self._abs(pos + len(option)), "bad_parameter_tag", self._parameter_named)
             return pos + len(option)
         if option == sx.fn_close:
             self._call.raw.append(option)
@@ -564,6 +565,7 @@ class _Call:
         "name",
         "name_code",
         "name_parts",
+        "name_start",
         "name_then",
         "raw",
         "start",
@@ -586,6 +588,7 @@ class _Call:
         self.literal_then: Callable[[int], None] = _nothing
         self.name_code = ""
         self.name_parts: list[str] = []
+        self.name_start = 0
         self.name_then: Callable[[str], str | None] = _no_error
         self.value_name: str | None = None
         self.value_parts: list[str] = []

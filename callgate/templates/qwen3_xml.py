@@ -195,6 +195,8 @@ def _check_role(i: int, message: Mapping[str, Any]) -> None:
     if role not in _ROLES:
         known = ", ".join(sorted(_ROLES))
         raise TemplateError(f"messages[{i}].role: {role!r} is not one of {known}", param=f"messages[{i}].role")
+    if role != "user" and message.get("task") is not None:
+        raise TemplateError(f"messages[{i}].task: {message['task']!r} on a {role} message; only user messages take one")
 
 
 def _message(fmt: ToolCallFormat, messages: Sequence[Mapping[str, Any]], i: int) -> str:
@@ -225,12 +227,9 @@ def _task(fmt: ToolCallFormat, i: int, message: Mapping[str, Any]) -> str:
     task = message.get("task")
     if task is None:
         return ""
-    if message["role"] != "user" or task not in fmt.quick_tasks:
+    if task not in fmt.quick_tasks:
         known = ", ".join(fmt.quick_tasks)
-        raise TemplateError(
-            f"messages[{i}].task: {task!r} is not a quick task of a user message (known: {known})",
-            param=f"messages[{i}].task",
-        )
+        raise TemplateError(f"messages[{i}].task: {task!r} is not a quick task ({known})", param=f"messages[{i}].task")
     return "\n\n" + fmt.quick_tasks[task]
 
 
