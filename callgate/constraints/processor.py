@@ -1,0 +1,315 @@
+"""Per-step constrained decoding for a vLLM batch, without importing vllm.
+
+Knows: vLLM v1's logits-processor protocol by its method names (`__init__(vllm_config,
+device, is_pin_memory)`, `validate_params`, `is_argmax_invariant`, `update_state`,
+`apply`) and batch updates (removed, then added, then moved; each added request brings a
+*live* list of its output token ids); outlines-core's Guide; callgate.kernels. Does not
+know: formats, schemas, HTTP. `callgate.serving.vllm_engine.CallgateLogitsProcessor`
+mixes this class with vLLM's base class.
+
+A request is constrained when `SamplingParams.extra_args["callgate"]` holds
+`{"key": str, "regex": str, "trigger": str | None, ...}` (a ConstraintRef's fields).
+Its Index comes from callgate.constraints.cache (compiled from the regex on a miss, which
+blocks this step: vLLM's engine core is usually another process than the server's).
+
+Lazy mode (`trigger` set): `regex` describes the text *from the trigger on* (see
+grammar.py). Until the generated text contains the trigger the row is unconstrained.
+Generated text is read as token bytes, special tokens included (a trigger may be one).
+When the trigger appears, a fresh guide walks the text from the trigger's first byte to
+the end of the latest token with ordinary vocabulary tokens (the Index is a DFA over
+bytes, so any tokenisation of the same text reaches the same state) and masking starts.
+
+A sampled token the guide rejects (only possible when the trigger arrived glued to text
+the grammar forbids) leaves the row unconstrained from then on (`failed_rows`, and a
+warning in the log); the strict parser downstream then reports the malformed call.
+
+Every `apply` records its time (guide advance + mask fill + kernel launch) in `timings`
+and in the process-wide `STEP_TIMINGS` (`mask_time_summary()`: p50/p99 per step and per
+constrained token). With a CUDA device the kernel runs asynchronously; the time is host time.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import outlines_core
+import torch
+
+from callgate.constraints.cache import TokenVocabulary, get_index, token_vocabulary
+from callgate.kernels import apply_token_bitmask
+
+log = logging.getLogger("callgate.constraints.processor")
+
+EXTRA_ARGS_KEY = "callgate"
+
+
+@dataclass(frozen=True, slots=True)
+class TokenTable:
+    """What the processor needs of the tokenizer: the outlines-core vocabulary, token
+    bytes -> ids for walking text, and id -> bytes (special tokens too) for triggers."""
+
+    vocabulary: TokenVocabulary
+    by_bytes: Mapping[bytes, Sequence[int]]
+    pieces: Mapping[int, bytes]
+    longest: int
+
+    @classmethod
+    def build(
+        cls, tokens: Mapping[bytes, Sequence[int]], eos_token_id: int, specials: Mapping[int, bytes]
+    ) -> TokenTable:
+        """From `Tokenizer.vocabulary()` (ordinary tokens), the EOS id and special-token texts."""
+        ordinary = {data: [i for i in ids if i != eos_token_id] for data, ids in tokens.items() if data}
+        pieces = {i: data for data, ids in ordinary.items() for i in ids}
+        pieces.update(specials)
+        longest = max((len(data) for data in ordinary), default=0)
+        vocab = token_vocabulary({d: list(ids) for d, ids in ordinary.items() if ids}, eos_token_id)
+        return cls(vocab, ordinary, pieces, longest)
+
+
+@dataclass(frozen=True, slots=True)
+class RowSpec:
+    """The per-request arguments, read from `extra_args["callgate"]`."""
+
+    key: str
+    regex: str
+    trigger: bytes | None
+
+
+def row_spec(extra_args: Mapping[str, Any] | None) -> RowSpec | None:
+    """The spec of a request, None when unconstrained. Raises ValueError when malformed."""
+    raw = (extra_args or {}).get(EXTRA_ARGS_KEY)
+    if raw is None:
+        return None
+    if not isinstance(raw, Mapping):
+        raise ValueError(f'extra_args["{EXTRA_ARGS_KEY}"] must be a mapping, got {type(raw).__name__}')
+    key, regex, trigger = raw.get("key"), raw.get("regex"), raw.get("trigger")
+    if not isinstance(key, str) or not key or not isinstance(regex, str) or not regex:
+        raise ValueError(f'extra_args["{EXTRA_ARGS_KEY}"] needs non-empty string "key" and "regex"')
+    if trigger is not None and (not isinstance(trigger, str) or not trigger):
+        raise ValueError(f'extra_args["{EXTRA_ARGS_KEY}"]["trigger"] must be a non-empty string or null')
+    return RowSpec(key, regex, trigger.encode() if trigger is not None else None)
+
+
+def walk_text(guide: Any, index: Any, data: bytes, table: TokenTable) -> bool:
+    """Advance `guide` over `data` with ordinary tokens, longest allowed piece first.
+
+    True when all of `data` was consumed. Greedy is enough: the Index is a byte DFA, so
+    every allowed piece leads to the state the text itself leads to."""
+    pos = 0
+    while pos < len(data):
+        state = guide.get_state()
+        step = _allowed_piece(index, state, data, pos, table)
+        if step is None:
+            return False
+        token, pos = step
+        guide.advance(token, return_tokens=False)
+    return True
+
+
+def _allowed_piece(index: Any, state: int, data: bytes, pos: int, table: TokenTable) -> tuple[int, int] | None:
+    for end in range(min(len(data), pos + table.longest), pos, -1):
+        for token in table.by_bytes.get(data[pos:end], ()):
+            if index.get_next_state(state, token) is not None:
+                return token, end
+    return None
+
+
+class Row:
+    """One constrained request: its live output list, how much of it the guide has seen,
+    and the guide (None while a lazy row waits for its trigger)."""
+
+    __slots__ = ("consumed", "failed", "guide", "index", "output", "spec", "tail")
+
+    def __init__(self, spec: RowSpec, index: Any, output: list[int]) -> None:
+        self.spec, self.index, self.output = spec, index, output
+        self.consumed = 0
+        self.failed = False
+        self.tail = b""
+        self.guide: Any = None if spec.trigger is not None else outlines_core.Guide(index)
+
+    def catch_up(self, table: TokenTable) -> bool:
+        """Feed the tokens sampled since the last step; True when the row is to be masked.
+
+        Stops at -1: with async scheduling vLLM appends placeholders that it fills in
+        just before sampling, so they are real by the next call."""
+        output = self.output
+        while self.consumed < len(output) and not self.failed:
+            token = output[self.consumed]
+            if token < 0:
+                break
+            self.consumed += 1
+            self._feed(token, table)
+        return self.guide is not None and not self.failed
+
+    def _feed(self, token: int, table: TokenTable) -> None:
+        if self.guide is None:
+            self._look_for_trigger(table.pieces.get(token, b""), table)
+        elif self.guide.is_finished() and token == table.vocabulary.eos_token_id:
+            return
+        else:
+            try:
+                self.guide.advance(token, return_tokens=False)
+            except ValueError:
+                self._fail(f"token {token} not allowed by the grammar")
+
+    def _look_for_trigger(self, piece: bytes, table: TokenTable) -> None:
+        trigger = self.spec.trigger
+        assert trigger is not None
+        text = self.tail + piece
+        at = text.find(trigger)
+        if at < 0:
+            self.tail = text[len(text) - len(trigger) + 1 :] if len(trigger) > 1 else b""
+            return
+        self.guide = outlines_core.Guide(self.index)
+        if not walk_text(self.guide, self.index, text[at:], table):
+            self._fail(f"text after the trigger is outside the grammar: {text[at:]!r}")
+
+    def _fail(self, why: str) -> None:
+        self.failed = True
+        log.warning("constraint %s: %s; the row is unconstrained from here", self.spec.key[:16], why)
+
+
+class MaskTimings:
+    """Recent per-step mask times (bounded), and per constrained token."""
+
+    def __init__(self, capacity: int = 65536) -> None:
+        self.step_ns: deque[int] = deque(maxlen=capacity)
+        self.token_ns: deque[float] = deque(maxlen=capacity)
+
+    def record(self, elapsed_ns: int, rows: int) -> None:
+        if rows:
+            self.step_ns.append(elapsed_ns)
+            self.token_ns.append(elapsed_ns / rows)
+
+    def summary(self) -> dict[str, float]:
+        """{"steps", "p50_step_us", "p99_step_us", "p50_token_us", "p99_token_us"} (0 when empty)."""
+        return {
+            "steps": float(len(self.step_ns)),
+            "p50_step_us": _percentile(self.step_ns, 50) / 1e3,
+            "p99_step_us": _percentile(self.step_ns, 99) / 1e3,
+            "p50_token_us": _percentile(self.token_ns, 50) / 1e3,
+            "p99_token_us": _percentile(self.token_ns, 99) / 1e3,
+        }
+
+
+def _percentile(values: Sequence[float], q: float) -> float:
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return float(ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))])
+
+
+STEP_TIMINGS = MaskTimings()
+
+
+def mask_time_summary() -> dict[str, float]:
+    """Mask-time percentiles of every ConstrainedBatch in this process."""
+    return STEP_TIMINGS.summary()
+
+
+class MaskBuffer:
+    """The host bitmask (pinned when copying to a GPU) and its device twin, grown on demand."""
+
+    def __init__(self, device: torch.device, pin_memory: bool) -> None:
+        self.device, self.pin = device, pin_memory and device.type == "cuda"
+        self.host = torch.empty(0, 0, dtype=torch.int32)
+        self.on_device = self.host
+
+    def rows(self, n_rows: int, n_words: int) -> torch.Tensor:
+        if self.host.shape[0] < n_rows or self.host.shape[1] != n_words:
+            self.host = torch.zeros(
+                max(n_rows, 2 * self.host.shape[0]), n_words, dtype=torch.int32, pin_memory=self.pin
+            )
+            self.on_device = self.host if self.device.type == "cpu" else torch.empty_like(self.host, device=self.device)
+        return self.host[:n_rows]
+
+    def for_kernel(self, n_rows: int) -> torch.Tensor:
+        # The host rows are rewritten only at the next step, after vLLM has synchronised
+        # on this step's sampled tokens, so the asynchronous copy has finished by then.
+        if self.device.type == "cpu":
+            return self.host[:n_rows]
+        target = self.on_device[:n_rows]
+        target.copy_(self.host[:n_rows], non_blocking=True)
+        return target
+
+
+class ConstrainedBatch:
+    """vLLM v1 logits-processor logic for callgate's grammars (vllm-free; see module doc)."""
+
+    def __init__(self, vllm_config: Any, device: Any, is_pin_memory: bool) -> None:
+        self.vllm_config = vllm_config
+        self.device = torch.device(device)
+        self.tokens = self.load_tokens()
+        self.rows: dict[int, Row] = {}
+        self.buffer = MaskBuffer(self.device, is_pin_memory)
+        self.timings = MaskTimings()
+
+    def load_tokens(self) -> TokenTable:
+        """The served model's tokens. Default: the tokenizer folder named in vllm_config.
+
+        The one upward import (serving.tokenizer): this runs inside vLLM's engine core,
+        where the config is all there is. Tests override it with a tiny table."""
+        from callgate.serving.tokenizer import HfTokenizer
+
+        tok = HfTokenizer(self.vllm_config.model_config.tokenizer)
+        specials = {int(i): str(t.content).encode() for i, t in tok.hf.added_tokens_decoder.items()}
+        return TokenTable.build(tok.vocabulary(), tok.eos_token_id, specials)
+
+    @classmethod
+    def validate_params(cls, sampling_params: Any) -> None:
+        """Reject a malformed `extra_args["callgate"]` (vLLM turns ValueError into HTTP 400)."""
+        row_spec(getattr(sampling_params, "extra_args", None))
+
+    def is_argmax_invariant(self) -> bool:
+        """Masking changes the argmax, so greedy requests need it too."""
+        return False
+
+    def update_state(self, batch_update: Any | None) -> None:
+        """Apply vLLM's batch changes in its order: removed, added, moved."""
+        if batch_update is None:
+            return
+        for index in batch_update.removed:
+            self.rows.pop(index, None)
+        for index, params, _prompt_ids, output_ids in batch_update.added:
+            spec = row_spec(getattr(params, "extra_args", None))
+            self.rows.pop(index, None)
+            if spec is not None:
+                index_obj = get_index(spec.key, spec.regex, self.tokens.vocabulary)
+                self.rows[index] = Row(spec, index_obj, output_ids)
+        for a, b, direction in batch_update.moved:
+            self._move(a, b, swap=getattr(direction, "name", str(direction)) == "SWAP")
+
+    def _move(self, a: int, b: int, *, swap: bool) -> None:
+        row_a, row_b = self.rows.pop(a, None), self.rows.pop(b, None)
+        if row_a is not None:
+            self.rows[b] = row_a
+        if swap and row_b is not None:
+            self.rows[a] = row_b
+
+    def apply(self, logits: torch.Tensor) -> torch.Tensor:
+        """Advance every constrained row's guide, then mask its logits row in place."""
+        if not self.rows:
+            return logits
+        start = time.perf_counter_ns()
+        n_rows = logits.shape[0]
+        active = sorted(i for i, row in self.rows.items() if i < n_rows and row.catch_up(self.tokens))
+        if active:
+            host = self.buffer.rows(n_rows, (logits.shape[1] + 31) // 32)
+            for i in active:
+                mask_row = host[i]
+                self.rows[i].guide.write_mask_into(mask_row.data_ptr(), mask_row.numel(), 4)
+            apply_token_bitmask(logits, self.buffer.for_kernel(n_rows), active)
+        elapsed = time.perf_counter_ns() - start
+        self.timings.record(elapsed, len(active))
+        STEP_TIMINGS.record(elapsed, len(active))
+        return logits
+
+    @property
+    def failed_rows(self) -> list[int]:
+        """Batch rows whose guide rejected a token (unconstrained since; see module doc)."""
+        return sorted(i for i, row in self.rows.items() if row.failed)
