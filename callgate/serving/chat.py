@@ -350,6 +350,8 @@ class ChatService:
             req.parallel_tool_calls,
             req.response_format,
             self._vocabulary,
+            eos_token_id=self.engine.tokenizer.eos_token_id,
+            thinking=req.thinking,
             timeout_s=self.settings.limits.grammar_timeout_s,
         )
         ref: ConstraintRef | None = None if constraint is None else constraint.ref()

@@ -1,0 +1,371 @@
+"""The real FastAPI app over ASGI with a scripted FakeEngine and the hermes format:
+OpenAI shapes, validator handoff and repair, and every error mapping of DESIGN section 7."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import httpx
+import pytest
+from jsonschema import Draft202012Validator
+
+from callgate.errors import ValidatorUnavailableError
+from callgate.serving.app import create_app
+from callgate.serving.fake_engine import FakeEngine
+from callgate.serving.settings import Limits, Settings
+
+MODEL = "fake-model"
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Weather for a city",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+            "required": ["city"],
+            "additionalProperties": False,
+        },
+    },
+}
+ASK = [{"role": "user", "content": "Weather in Oslo?"}]
+
+
+def call_text(name: str, arguments: Mapping[str, Any]) -> str:
+    """A hermes call block exactly as the model writes one."""
+    return "<tool_call>\n" + json.dumps({"name": name, "arguments": arguments}) + "\n</tool_call>"
+
+
+# ---- a small validator in the seam's shape ---------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    verdict: str
+    arguments: dict[str, Any] | None = None
+    errors: tuple[dict[str, str], ...] = ()
+    retryable: bool = False
+    validator: str = "test-schema"
+
+
+@dataclass
+class SchemaCheck:
+    """JSON-Schema check of the arguments; records every envelope; can be told to be down."""
+
+    down: bool = False
+    seen: list[Any] = field(default_factory=list)
+    name: str = "test-schema"
+
+    async def validate(self, req: Any) -> Verdict:
+        self.seen.append(req)
+        if self.down:
+            raise ValidatorUnavailableError("validator unreachable: connection refused")
+        if req.schema is None:
+            return Verdict("rejected", errors=({"path": "", "message": f"unknown tool {req.tool!r}"},))
+        errors = tuple(
+            {"path": "/" + "/".join(str(p) for p in e.absolute_path), "message": e.message}
+            for e in Draft202012Validator(req.schema).iter_errors(req.arguments)
+        )
+        if errors:
+            return Verdict("rejected", errors=errors, retryable=True)
+        return Verdict("accepted", arguments=dict(req.arguments))
+
+
+# ---- app fixtures --------------------------------------------------------------------------
+
+
+def make_settings(**kw: Any) -> Settings:
+    return replace(Settings(served_model_name=MODEL, max_model_len=4096), **kw)
+
+
+@dataclass
+class Harness:
+    engine: FakeEngine
+    validator: SchemaCheck
+    client: httpx.AsyncClient
+
+    async def post(self, body: Mapping[str, Any], **headers: str) -> httpx.Response:
+        return await self.client.post("/v1/chat/completions", json=dict(body), headers=headers)
+
+    async def events(self, body: Mapping[str, Any]) -> list[str]:
+        """The `data:` payloads of a streamed response, in order ('[DONE]' included)."""
+        resp = await self.post({**body, "stream": True})
+        assert resp.status_code == 200 and resp.headers["content-type"].startswith("text/event-stream")
+        return [line[len("data: ") :] for line in resp.text.split("\n") if line.startswith("data: ")]
+
+
+@pytest.fixture
+async def make_harness() -> AsyncIterator[Any]:
+    clients: list[httpx.AsyncClient] = []
+
+    def make(replies: Sequence[Any] = (), settings: Settings | None = None, **engine_kw: Any) -> Harness:
+        engine = FakeEngine(replies=list(replies), **engine_kw)
+        validator = SchemaCheck()
+        app = create_app(settings or make_settings(), engine=engine, validator=validator)
+        transport = httpx.ASGITransport(app=app)
+        client = httpx.AsyncClient(transport=transport, base_url="http://callgate.test")
+        clients.append(client)
+        return Harness(engine, validator, client)
+
+    yield make
+    for client in clients:
+        await client.aclose()
+
+
+def chunks(events: list[str]) -> list[dict[str, Any]]:
+    assert events[-1] == "[DONE]"
+    return [json.loads(e) for e in events[:-1]]
+
+
+# ---- answers ------------------------------------------------------------------------------
+
+
+async def test_plain_answer_has_openai_shape(make_harness: Any) -> None:
+    h = make_harness([["Oslo ", "is ", "cold."]])
+    resp = await h.post({"model": MODEL, "messages": ASK, "max_tokens": 50, "temperature": 0.2, "seed": 3})
+    assert resp.status_code == 200, resp.text
+    body = resp.json()
+    assert body["object"] == "chat.completion" and body["model"] == MODEL and body["id"].startswith("chatcmpl-")
+    choice = body["choices"][0]
+    assert choice["message"] == {"role": "assistant", "content": "Oslo is cold."}
+    assert choice["finish_reason"] == "stop"
+    usage = body["usage"]
+    sent = h.engine.requests[0]
+    assert usage["prompt_tokens"] == len(h.engine.tokenizer.encode(sent.prompt)) > 0
+    assert usage["completion_tokens"] == 4 and usage["total_tokens"] == usage["prompt_tokens"] + 4  # 3 + EOS
+    assert (sent.sampling.max_tokens, sent.sampling.temperature, sent.sampling.seed) == (50, 0.2, 3)
+    assert "Weather in Oslo?" in sent.prompt
+    assert body["callgate"]["candidates"] == [] and body["callgate"]["diagnostics"] == []
+
+
+async def test_tool_call_is_validated_and_returned(make_harness: Any) -> None:
+    h = make_harness([call_text("get_weather", {"city": "Oslo"})])
+    resp = await h.post({"messages": ASK, "tools": [WEATHER]})
+    assert resp.status_code == 200, resp.text
+    body = resp.json()
+    message, finish = body["choices"][0]["message"], body["choices"][0]["finish_reason"]
+    assert finish == "tool_calls" and message["content"] is None
+    [call] = message["tool_calls"]
+    assert call["type"] == "function" and call["id"].startswith("call_")
+    assert call["function"] == {"name": "get_weather", "arguments": '{"city": "Oslo"}'}
+    [cand] = body["callgate"]["candidates"]
+    assert cand["call_id"] == call["id"] and cand["verdict"]["verdict"] == "accepted"
+    assert cand["raw"].startswith("<tool_call>") and cand["format"] == "hermes"
+    [envelope] = h.validator.seen
+    assert (envelope.tool, envelope.arguments, envelope.format, envelope.model) == (
+        "get_weather",
+        {"city": "Oslo"},
+        "hermes",
+        MODEL,
+    )
+    assert envelope.schema == WEATHER["function"]["parameters"]  # type: ignore[index]
+    assert len(envelope.idempotency_key) == 64
+    assert "get_weather" in h.engine.requests[0].prompt
+
+
+async def test_streamed_answer_and_usage(make_harness: Any) -> None:
+    h = make_harness([["Oslo ", "is ", "cold."]])
+    out = chunks(await h.events({"messages": ASK, "stream_options": {"include_usage": True}}))
+    assert out[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    assert all(c["object"] == "chat.completion.chunk" and c["id"] == out[0]["id"] for c in out)
+    text = "".join(c["choices"][0]["delta"].get("content", "") for c in out if c["choices"])
+    assert text == "Oslo is cold."
+    finals = [c for c in out if c["choices"] and c["choices"][0]["finish_reason"]]
+    assert [f["choices"][0]["finish_reason"] for f in finals] == ["stop"]
+    assert "callgate" in finals[0]
+    assert out[-1]["choices"] == [] and out[-1]["usage"]["completion_tokens"] == 4
+
+
+async def test_streamed_call_accumulates_to_the_non_streamed_call(make_harness: Any) -> None:
+    text = "Checking." + call_text("get_weather", {"city": "Oslo", "days": 2})
+    h = make_harness([text, [text[i : i + 3] for i in range(0, len(text), 3)]])
+    whole = (await h.post({"messages": ASK, "tools": [WEATHER]})).json()["choices"][0]["message"]
+    out = chunks(await h.events({"messages": ASK, "tools": [WEATHER]}))
+    calls: dict[int, dict[str, Any]] = {}
+    content = ""
+    for c in out:
+        delta = c["choices"][0]["delta"] if c["choices"] else {}
+        content += delta.get("content") or ""
+        for tc in delta.get("tool_calls", []):
+            acc = calls.setdefault(tc["index"], {"id": None, "name": "", "arguments": ""})
+            acc["id"] = tc.get("id") or acc["id"]
+            acc["name"] += tc.get("function", {}).get("name", "")
+            acc["arguments"] += tc.get("function", {}).get("arguments", "")
+    assert content == whole["content"] == "Checking."
+    [(index, acc)] = calls.items()
+    assert index == 0 and acc["id"].startswith("call_")
+    assert (acc["name"], json.loads(acc["arguments"])) == (
+        whole["tool_calls"][0]["function"]["name"],
+        json.loads(whole["tool_calls"][0]["function"]["arguments"]),
+    )
+    assert out[-1]["choices"][0]["finish_reason"] == "tool_calls"
+
+
+async def test_parallel_calls_keep_their_order(make_harness: Any) -> None:
+    cities = ["Oslo", "Lima", "Pune"]
+    h = make_harness(["\n".join(call_text("get_weather", {"city": c}) for c in cities)])
+    body = (await h.post({"messages": ASK, "tools": [WEATHER]})).json()
+    got = [json.loads(c["function"]["arguments"])["city"] for c in body["choices"][0]["message"]["tool_calls"]]
+    assert got == cities
+
+
+async def test_finish_reason_length(make_harness: Any) -> None:
+    h = make_harness(["one two three four"])
+    body = (await h.post({"messages": ASK, "max_tokens": 5})).json()
+    assert body["choices"][0]["finish_reason"] == "length"
+    assert body["choices"][0]["message"]["content"] == "one t"
+
+
+async def test_tool_choice_none_hides_tools_from_the_prompt(make_harness: Any) -> None:
+    h = make_harness(["ok"])
+    assert (await h.post({"messages": ASK, "tools": [WEATHER], "tool_choice": "none"})).status_code == 200
+    assert "get_weather" not in h.engine.requests[0].prompt
+
+
+# ---- validator handoff -----------------------------------------------------------------------
+
+
+async def test_rejected_call_is_repaired_with_the_errors_fed_back(make_harness: Any) -> None:
+    bad = call_text("get_weather", {"city": "Oslo", "days": "two"})
+    good = call_text("get_weather", {"city": "Oslo", "days": 1})
+    h = make_harness([bad, good])
+    resp = await h.post({"messages": ASK, "tools": [WEATHER]})
+    assert resp.status_code == 200, resp.text
+    body = resp.json()
+    [call] = body["choices"][0]["message"]["tool_calls"]
+    assert json.loads(call["function"]["arguments"]) == {"city": "Oslo", "days": 1}
+    cg = body["callgate"]
+    assert cg["repairs"] == 1
+    assert [(c["round"], c["verdict"]["verdict"]) for c in cg["candidates"]] == [(0, "rejected"), (1, "accepted")]
+    repair_prompt = h.engine.requests[1].prompt
+    assert "is not of type 'integer'" in repair_prompt and "two" in repair_prompt
+    assert body["usage"]["completion_tokens"] == len(bad) + len(good) + 2  # one token per character + EOS
+
+
+async def test_still_rejected_after_repairs_is_422_with_verdicts(make_harness: Any) -> None:
+    bad = call_text("get_weather", {"town": "Oslo"})
+    h = make_harness([bad, bad, bad])
+    resp = await h.post({"messages": ASK, "tools": [WEATHER], "callgate": {"max_repairs": 2}})
+    assert resp.status_code == 422
+    body = resp.json()
+    assert body["error"]["type"] == "tool_call_rejected" and body["error"]["code"] == "tool_call_rejected"
+    verdicts = [c["verdict"] for c in body["callgate"]["candidates"]]
+    assert len(verdicts) == 3 and all(v["verdict"] == "rejected" and v["errors"] for v in verdicts)
+    assert len(h.engine.requests) == 3
+
+
+async def test_unknown_tool_goes_to_the_validator_and_is_rejected(make_harness: Any) -> None:
+    h = make_harness([call_text("launch", {})], settings=make_settings(max_repairs=0))
+    resp = await h.post({"messages": ASK, "tools": [WEATHER]})
+    assert resp.status_code == 422
+    assert h.validator.seen[0].schema is None
+    codes = [d["code"] for d in resp.json()["callgate"]["diagnostics"]]
+    assert codes == ["unknown_tool"]
+
+
+async def test_validator_down_is_503_and_nothing_is_accepted(make_harness: Any) -> None:
+    h = make_harness([call_text("get_weather", {"city": "Oslo"})] * 2)
+    h.validator.down = True
+    resp = await h.post({"messages": ASK, "tools": [WEATHER]})
+    assert resp.status_code == 503 and resp.json()["error"]["type"] == "validator_unavailable"
+    out = chunks(await h.events({"messages": ASK, "tools": [WEATHER]}))
+    assert not any("tool_calls" in c["choices"][0]["delta"] for c in out if c.get("choices"))
+    assert out[-1]["error"]["type"] == "validator_unavailable"
+
+
+async def test_streamed_rejection_never_sends_the_rejected_call(make_harness: Any) -> None:
+    bad = call_text("get_weather", {"city": 5})
+    h = make_harness([bad, bad], settings=make_settings(max_repairs=1))
+    resp = await h.post({"messages": ASK, "tools": [WEATHER], "stream": True})
+    assert "event: error" in resp.text
+    out = chunks([line[6:] for line in resp.text.split("\n") if line.startswith("data: ")])
+    assert not any("tool_calls" in c["choices"][0]["delta"] for c in out if c.get("choices"))
+    assert out[-1]["error"]["type"] == "tool_call_rejected"
+
+
+# ---- bad model output ---------------------------------------------------------------------------
+
+
+async def test_unparseable_call_is_502_with_the_diagnostic_code(make_harness: Any) -> None:
+    broken = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"'
+    h = make_harness([broken, broken])
+    resp = await h.post({"messages": ASK, "tools": [WEATHER]})
+    assert resp.status_code == 502
+    body = resp.json()
+    assert body["error"]["type"] == "model_output_error" and body["error"]["code"] == "unterminated_block"
+    assert body["callgate"]["diagnostics"][0]["code"] == "unterminated_block"
+    out = chunks(await h.events({"messages": ASK, "tools": [WEATHER]}))
+    assert out[-1]["error"]["code"] == "unterminated_block"
+    assert h.validator.seen == []
+
+
+# ---- request errors -----------------------------------------------------------------------------
+
+
+async def test_request_errors_have_openai_bodies(make_harness: Any) -> None:
+    h = make_harness(settings=make_settings(limits=Limits(max_body_bytes=2000)))
+    cases = [
+        (await h.client.post("/v1/chat/completions", content=b"{nope"), 400, None),
+        (await h.post({"messages": "hi"}), 400, "messages"),
+        (await h.post({"messages": ASK, "n": 3}), 400, "n"),
+        (await h.post({"messages": ASK, "model": "gpt-9"}), 404, "model"),
+        (await h.post({"messages": [{"role": "user", "content": "x" * 3000}]}), 413, None),
+        (await h.client.get("/v1/nothing"), 404, None),
+    ]
+    for resp, status, param in cases:
+        assert resp.status_code == status, resp.text
+        err = resp.json()["error"]
+        assert set(err) == {"message", "type", "param", "code"} and err["message"]
+        assert err["param"] == param
+    assert h.engine.requests == []
+
+
+async def test_prompt_longer_than_the_context_is_400(make_harness: Any) -> None:
+    h = make_harness(["x"], max_model_len=64)
+    resp = await h.post({"messages": [{"role": "user", "content": "word " * 40}]})
+    assert resp.status_code == 400 and resp.json()["error"]["code"] == "context_length_exceeded"
+    resp = await h.post({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 60})
+    assert resp.status_code == 400 and resp.json()["error"]["param"] == "max_tokens"
+    assert h.engine.requests == []
+
+
+async def test_api_key_guards_every_route_but_health(make_harness: Any) -> None:
+    h = make_harness(["ok"], settings=make_settings(api_key="s3cret"))
+    assert (await h.client.get("/health")).status_code == 200
+    for path in ("/v1/models", "/metrics"):
+        resp = await h.client.get(path)
+        assert resp.status_code == 401 and resp.json()["error"]["type"] == "authentication_error"
+        assert (await h.client.get(path, headers={"Authorization": "Bearer wrong"})).status_code == 401
+        assert (await h.client.get(path, headers={"Authorization": "Bearer s3cret"})).status_code == 200
+    assert (await h.post({"messages": ASK})).status_code == 401
+    assert (await h.post({"messages": ASK}, Authorization="Bearer s3cret")).status_code == 200
+
+
+async def test_queue_full_is_429_at_once(make_harness: Any) -> None:
+    h = make_harness(settings=make_settings(max_num_seqs=1, max_queue=1), respond=lambda req: "slow")
+    h.engine.token_delay_s = 0.05
+    first = [asyncio.create_task(h.post({"messages": ASK})) for _ in range(2)]
+    await asyncio.sleep(0.05)
+    third = await h.post({"messages": ASK})
+    assert third.status_code == 429 and third.json()["error"]["type"] == "rate_limit_error"
+    assert [r.status_code for r in await asyncio.gather(*first)] == [200, 200]
+    assert (await h.post({"messages": ASK})).status_code == 200
+
+
+async def test_models_health_and_metrics(make_harness: Any) -> None:
+    h = make_harness(["ok", call_text("get_weather", {"city": "Oslo"}) + "<tool_call>{"])
+    models = (await h.client.get("/v1/models")).json()
+    assert models["object"] == "list" and [m["id"] for m in models["data"]] == [MODEL]
+    assert (await h.client.get("/health")).json()["status"] == "ok"
+    await h.post({"messages": ASK})
+    await h.post({"messages": ASK, "tools": [WEATHER]})
+    text = (await h.client.get("/metrics")).text
+    assert 'callgate_requests_total{route="/v1/chat/completions",status="200"} 1.0' in text
+    assert 'callgate_requests_total{route="/v1/chat/completions",status="502"} 1.0' in text
+    assert "callgate_time_to_first_token_seconds_count 2.0" in text
+    assert "callgate_completion_tokens_total" in text and "callgate_queue_depth 0.0" in text
+    assert 'callgate_parse_diagnostics_total{code="' in text

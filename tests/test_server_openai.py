@@ -1,0 +1,223 @@
+"""The official `openai` client against a real uvicorn server (loopback, free port) backed
+by a scripted FakeEngine: answers, streams, errors, concurrency, and disconnects."""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import httpx
+import openai
+import pytest
+import uvicorn
+
+from callgate.serving.app import create_app
+from callgate.serving.engine import GenerationRequest
+from callgate.serving.fake_engine import FakeEngine, FakeReply
+from callgate.serving.settings import Limits, Settings
+from tests.test_server_app import ASK, MODEL, WEATHER, SchemaCheck, call_text, make_settings
+
+CALL = call_text("get_weather", {"city": "Oslo", "days": 3})
+
+
+class Server:
+    """A real uvicorn server in a thread, on a port the OS picked."""
+
+    def __init__(self, settings: Settings, engine: FakeEngine, validator: SchemaCheck) -> None:
+        self.engine, self.validator = engine, validator
+        self.app = create_app(settings, engine=engine, validator=validator)
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._sock.bind(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
+        config = uvicorn.Config(self.app, log_level="warning", ws="none", lifespan="on", timeout_graceful_shutdown=2)
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._sock]}, daemon=True)
+
+    def __enter__(self) -> Server:
+        self._thread.start()
+        deadline = time.monotonic() + 10
+        while not self._server.started:
+            assert time.monotonic() < deadline, "server did not start"
+            time.sleep(0.01)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.should_exit = True
+        self._thread.join(timeout=10)
+        self._sock.close()
+
+    def client(self, api_key: str = "none", **kw: Any) -> Any:
+        """The official client (typed Any: these tests send dict messages, not TypedDicts)."""
+        return openai.OpenAI(base_url=self.url + "/v1", api_key=api_key, max_retries=0, timeout=20, **kw)
+
+    def in_flight(self) -> int:
+        n: int = self.app.state.service.admission.in_flight
+        return n
+
+
+def _wait_for(cond: Callable[[], bool], timeout_s: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.01)
+
+
+@pytest.fixture
+def serve() -> Iterator[Callable[..., Server]]:
+    servers: list[Server] = []
+
+    def start(
+        respond: Callable[[GenerationRequest], Any] | None = None, replies: Any = (), **settings_kw: Any
+    ) -> Server:
+        settings = make_settings(**settings_kw)
+        engine = FakeEngine(replies=list(replies), respond=respond, max_model_len=settings.max_model_len)
+        server = Server(settings, engine, SchemaCheck())
+        servers.append(server.__enter__())
+        return server
+
+    yield start
+    for server in servers:
+        server.__exit__()
+
+
+def test_plain_and_streamed_answers(serve: Callable[..., Server]) -> None:
+    server = serve(respond=lambda req: ["Oslo ", "is ", "cold."])
+    client = server.client()
+    done = client.chat.completions.create(model=MODEL, messages=ASK)
+    assert done.choices[0].message.content == "Oslo is cold." and done.choices[0].finish_reason == "stop"
+    assert done.usage is not None and done.usage.completion_tokens == 4
+    stream = client.chat.completions.create(
+        model=MODEL,
+        messages=ASK,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    parts = list(stream)
+    assert "".join(p.choices[0].delta.content or "" for p in parts if p.choices) == "Oslo is cold."
+    assert [p.choices[0].finish_reason for p in parts if p.choices and p.choices[0].finish_reason] == ["stop"]
+    assert parts[-1].usage is not None and parts[-1].usage.total_tokens == done.usage.total_tokens
+    assert [m.id for m in client.models.list()] == [MODEL]
+
+
+def test_streamed_tool_call_equals_the_non_streamed_one(serve: Callable[..., Server]) -> None:
+    server = serve(respond=lambda req: [CALL[i : i + 5] for i in range(0, len(CALL), 5)])
+    client = server.client()
+    kw: dict[str, Any] = {"model": MODEL, "messages": ASK, "tools": [WEATHER], "tool_choice": "required"}
+    done = client.chat.completions.create(**kw)
+    [whole] = done.choices[0].message.tool_calls or []
+    assert done.choices[0].finish_reason == "tool_calls"
+    name, args, call_id, finish = "", "", "", None
+    for part in client.chat.completions.create(**kw, stream=True):
+        if not part.choices:
+            continue
+        finish = part.choices[0].finish_reason or finish
+        for tc in part.choices[0].delta.tool_calls or []:
+            assert tc.index == 0
+            call_id = tc.id or call_id
+            name += (tc.function.name or "") if tc.function else ""
+            args += (tc.function.arguments or "") if tc.function else ""
+    assert whole.type == "function" and call_id.startswith("call_")
+    assert (name, json.loads(args)) == (whole.function.name, json.loads(whole.function.arguments))
+    assert json.loads(args) == {"city": "Oslo", "days": 3} and finish == "tool_calls"
+
+
+def test_error_cases_raise_the_matching_client_errors(serve: Callable[..., Server]) -> None:
+    broken = '<tool_call>\n{"name": "get_weather", "arguments": {"city"'
+    server = serve(
+        respond=lambda req: broken if "BROKEN" in req.prompt else call_text("get_weather", {"town": 1}),
+        max_model_len=2048,
+        max_repairs=0,
+        limits=Limits(max_body_bytes=20_000),
+    )
+    client = server.client()
+    undeclared = {"type": "function", "function": {"name": "nope"}}
+    bad_tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "required": "x"}}}
+    orphan = [*ASK, {"role": "tool", "tool_call_id": "call_x", "content": "r"}]
+    bad: list[tuple[dict[str, Any], type[openai.APIStatusError], int]] = [
+        ({"messages": ASK, "n": 2}, openai.BadRequestError, 400),
+        ({"messages": ASK, "tools": [WEATHER], "tool_choice": undeclared}, openai.BadRequestError, 400),
+        ({"messages": ASK, "tools": [bad_tool]}, openai.BadRequestError, 400),
+        ({"messages": orphan}, openai.BadRequestError, 400),
+        ({"messages": [{"role": "user", "content": "long " * 600}]}, openai.BadRequestError, 400),
+        ({"messages": [{"role": "user", "content": "x" * 30_000}]}, openai.APIStatusError, 413),
+        ({"messages": [{"role": "user", "content": "BROKEN"}], "tools": [WEATHER]}, openai.APIStatusError, 502),
+        ({"messages": ASK, "tools": [WEATHER]}, openai.UnprocessableEntityError, 422),
+    ]
+    for body, error, status in bad:
+        with pytest.raises(error) as info:
+            client.chat.completions.create(model=MODEL, **body)
+        assert info.value.status_code == status, body
+        assert isinstance(info.value.body, dict) and info.value.body.get("message")
+    with pytest.raises(openai.APIError) as stream_info:
+        list(
+            client.chat.completions.create(
+                model=MODEL, messages=[{"role": "user", "content": "BROKEN"}], tools=[WEATHER], stream=True
+            )
+        )
+    assert isinstance(stream_info.value.body, dict) and stream_info.value.body["type"] == "model_output_error"
+    malformed = httpx.post(server.url + "/v1/chat/completions", content=b'{"messages": [}', timeout=10)
+    assert malformed.status_code == 400 and malformed.json()["error"]["type"] == "invalid_request_error"
+    assert server.in_flight() == 0
+    assert httpx.get(server.url + "/health", timeout=10).status_code == 200
+
+
+def test_api_key(serve: Callable[..., Server]) -> None:
+    server = serve(respond=lambda req: "ok", api_key="k-123")
+    with pytest.raises(openai.AuthenticationError):
+        server.client("wrong").chat.completions.create(model=MODEL, messages=ASK)
+    ok = server.client("k-123").chat.completions.create(model=MODEL, messages=ASK)
+    assert ok.choices[0].message.content == "ok"
+
+
+def test_concurrent_requests_and_queue_limit(serve: Callable[..., Server]) -> None:
+    def respond(req: GenerationRequest) -> FakeReply:
+        number = re.search(r"request number (\d+)", req.prompt)
+        assert number is not None
+        return FakeReply(tuple(f"answer {number.group(1)}"), token_delay_s=0.01)
+
+    server = serve(respond=respond, max_num_seqs=4, max_queue=4)
+    client = server.client()
+    results: dict[int, str] = {}
+    errors: list[int] = []
+
+    def one(i: int) -> None:
+        msgs = [{"role": "user", "content": f"request number {i:03d}"}]
+        try:
+            resp = client.chat.completions.create(model=MODEL, messages=msgs)
+            results[i] = resp.choices[0].message.content or ""
+        except openai.RateLimitError as exc:
+            assert exc.status_code == 429
+            errors.append(i)
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(12)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(results) + len(errors) == 12 and len(results) >= 8
+    assert all(text == f"answer {i:03d}" for i, text in results.items())  # each answer went to its own request
+    assert server.in_flight() == 0
+
+
+def test_disconnect_mid_stream_aborts_and_frees_the_slot(serve: Callable[..., Server]) -> None:
+    server = serve(respond=lambda req: FakeReply(tuple("word " * 400), token_delay_s=0.01), max_num_seqs=1, max_queue=0)
+    client = server.client()
+    stream = client.chat.completions.create(model=MODEL, messages=ASK, stream=True)
+    first = next(iter(stream))
+    assert first.choices[0].delta.role == "assistant"
+    assert server.in_flight() == 1
+    stream.close()
+    _wait_for(lambda: server.in_flight() == 0 and len(server.engine.aborted) == 1)
+    assert server.engine.num_running() == 0
+    with httpx.Client(timeout=30) as http:  # and a non-streaming client that walks away
+        with pytest.raises(httpx.ReadTimeout):
+            http.post(server.url + "/v1/chat/completions", json={"messages": ASK}, timeout=0.3)
+    _wait_for(lambda: server.in_flight() == 0 and len(server.engine.aborted) == 2)
+    server.engine.respond = lambda req: "free again"
+    again = client.chat.completions.create(model=MODEL, messages=ASK)
+    assert again.choices[0].message.content == "free again"
