@@ -369,3 +369,54 @@ async def test_models_health_and_metrics(make_harness: Any) -> None:
     assert "callgate_time_to_first_token_seconds_count 2.0" in text
     assert "callgate_completion_tokens_total" in text and "callgate_queue_depth 0.0" in text
     assert 'callgate_parse_diagnostics_total{code="' in text
+
+
+# ---- reasoning, constraints, default validator ------------------------------------------------
+
+
+async def test_reasoning_goes_to_reasoning_content(make_harness: Any) -> None:
+    text = "<think>\nCold city.\n</think>\n\nIt is cold."
+    h = make_harness([text, list(text)])
+    message = (await h.post({"messages": ASK})).json()["choices"][0]["message"]
+    assert (message["reasoning_content"], message["content"]) == ("Cold city.", "It is cold.")
+    out = chunks(await h.events({"messages": ASK}))
+    deltas = [c["choices"][0]["delta"] for c in out if c.get("choices")]
+    assert "".join(d.get("reasoning_content", "") for d in deltas) == "Cold city."
+    assert "".join(d.get("content") or "" for d in deltas) == "It is cold."
+
+
+async def test_constraint_travels_with_the_generation_request(make_harness: Any) -> None:
+    reply = call_text("get_weather", {"city": "Oslo"})
+    h = make_harness([reply, reply, "plain"])
+    await h.post({"messages": ASK, "tools": [WEATHER], "tool_choice": "required"})
+    await h.post(
+        {"messages": ASK, "tools": [WEATHER], "tool_choice": {"type": "function", "function": {"name": "get_weather"}}}
+    )
+    await h.post({"messages": ASK})
+    required, named, plain = (r.constraint for r in h.engine.requests)
+    assert required is not None and named is not None and plain is None
+    assert required.key != named.key and "get_weather" in named.regex
+    off = make_harness([reply], settings=make_settings(constrained=False))
+    body = (await off.post({"messages": ASK, "tools": [WEATHER], "tool_choice": "required"})).json()
+    assert off.engine.requests[0].constraint is None and body["callgate"]["constrained"] is False
+
+
+async def test_grammar_over_its_time_limit_is_400_schema_too_complex(make_harness: Any) -> None:
+    props = {f"field_{i}_{id(make_harness)}": {"type": "string", "maxLength": 40} for i in range(12)}
+    tool = {"type": "function", "function": {"name": "wide", "parameters": {"type": "object", "properties": props}}}
+    h = make_harness(["x"], settings=make_settings(limits=Limits(grammar_timeout_s=1e-6)))
+    resp = await h.post({"messages": ASK, "tools": [tool], "tool_choice": "required"})
+    assert resp.status_code == 400, resp.text
+    assert resp.json()["error"]["code"] == "schema_too_complex" and h.engine.requests == []
+
+
+async def test_default_validator_checks_the_declared_schema() -> None:
+    engine = FakeEngine(replies=[call_text("get_weather", {"city": "Oslo"}), call_text("get_weather", {"city": 7})])
+    app = create_app(make_settings(max_repairs=0, constrained=False), engine=engine)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://callgate.test") as client:
+        ok = await client.post("/v1/chat/completions", json={"messages": ASK, "tools": [WEATHER]})
+        bad = await client.post("/v1/chat/completions", json={"messages": ASK, "tools": [WEATHER]})
+    assert ok.status_code == 200 and ok.json()["choices"][0]["finish_reason"] == "tool_calls"
+    assert bad.status_code == 422
+    [cand] = bad.json()["callgate"]["candidates"]
+    assert cand["verdict"]["verdict"] == "rejected" and cand["verdict"]["errors"][0]["path"] == "/city"

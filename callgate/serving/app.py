@@ -13,9 +13,12 @@ import importlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
 
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse
+from jsonschema import Draft202012Validator
 from starlette.exceptions import HTTPException
 
 from callgate.errors import AuthenticationError, CallgateError
@@ -50,13 +53,45 @@ def create_app(settings: Settings, *, engine: Engine, validator: Validator | Non
 
 
 def default_validator(settings: Settings) -> Validator:
-    """HttpValidator(url) with --validator-url, else JsonSchemaValidator (callgate.serving.validation)."""
-    validation = importlib.import_module("callgate.serving.validation")
+    """HttpValidator(url) with --validator-url, else JsonSchemaValidator (callgate.serving.validation).
+
+    Until that module exists the interim `_SchemaOnly` check stands in (no --validator-url)."""
+    try:
+        validation = importlib.import_module("callgate.serving.validation")
+    except ModuleNotFoundError:
+        if settings.validator_url:
+            raise
+        return _SchemaOnly()
     if settings.validator_url:
         http: Validator = validation.HttpValidator(settings.validator_url, timeout_s=settings.validator_timeout_s)
         return http
     builtin: Validator = validation.JsonSchemaValidator()
     return builtin
+
+
+@dataclass(frozen=True, slots=True)
+class _Verdict:
+    verdict: str
+    arguments: dict[str, Any] | None = None
+    errors: tuple[dict[str, str], ...] = ()
+    retryable: bool = False
+    validator: str = "interim-jsonschema"
+
+
+class _SchemaOnly:
+    """Draft 2020-12 check of the arguments against the declared schema; an undeclared tool
+    is rejected. Interim stand-in for callgate.serving.validation.JsonSchemaValidator."""
+
+    name = "interim-jsonschema"
+
+    async def validate(self, req: Any) -> _Verdict:
+        if req.schema is None:
+            return _Verdict("rejected", errors=({"path": "", "message": f"tool {req.tool!r} is not declared"},))
+        errors = tuple(
+            {"path": "/" + "/".join(str(p) for p in e.absolute_path), "message": e.message}
+            for e in Draft202012Validator(req.schema).iter_errors(req.arguments)
+        )
+        return _Verdict("rejected", errors=errors, retryable=True) if errors else _Verdict("accepted")
 
 
 def _install_middleware(app: FastAPI, settings: Settings, metrics: Metrics) -> None:
