@@ -19,18 +19,28 @@ from tests.conftest import load_jsonl
 
 CASES = load_jsonl("mistral/encode.jsonl")
 
-# Only the exemptions the task allows, each with its reason.
-EXEMPT = {
-    # The reference's text view shows the imitated [TOOL_CALLS] verbatim (its token ids do not make
-    # it a control token); a text prompt must neutralise it. Its control tokens are still checked.
-    "mistral_vis_tool_result_injection": "pins the unprotected reference text",
-}
-
 _CONTROL = re.compile("|".join(re.escape(t) for t in sorted(MISTRAL.special_tokens, key=len, reverse=True)))
 
 
 def control_tokens(prompt: str) -> list[str]:
     return _CONTROL.findall(prompt)
+
+
+def exemption(case: dict[str, Any]) -> str | None:
+    """Why a golden prompt is not compared byte for byte (only the kinds the task allows), or None."""
+    if case.get("pins_quirk"):
+        return "pins a reference quirk"
+    if _CONTROL.search(json.dumps([case["messages"], case["tools"]], ensure_ascii=False)):
+        # e.g. mistral_vis_tool_result_injection: the reference's text view shows the imitated
+        # [TOOL_CALLS] verbatim (its token ids do not make it a control token); a text prompt must
+        # neutralise it. Compared modulo the neutralisation, and its control tokens are checked.
+        return "pins the unprotected reference text"
+    return None
+
+
+def undo_neutralisation(prompt: str) -> str:
+    """Our prompt with the neutralisation taken out (control-token texts start with '<' or '[')."""
+    return prompt.replace(ZERO_WIDTH_JOINER, "").replace("\\u003c", "<").replace("\\u005b", "[")
 
 
 def _ids(cases: list[dict[str, Any]]) -> list[str]:
@@ -39,12 +49,21 @@ def _ids(cases: list[dict[str, Any]]) -> list[str]:
 
 PROMPT_CASES = [c for c in CASES if "expected_prompt" in c]
 ERROR_CASES = [c for c in CASES if "expected_error" in c]
-EXACT_CASES = [c for c in PROMPT_CASES if c["id"] not in EXEMPT]
+EXACT_CASES = [c for c in PROMPT_CASES if exemption(c) is None]
+PROTECTED_CASES = [c for c in PROMPT_CASES if exemption(c) == "pins the unprotected reference text"]
 
 
-def test_exemptions_are_real_cases() -> None:
-    assert set(EXEMPT) <= {c["id"] for c in PROMPT_CASES}
-    assert not any(c.get("pins_quirk") for c in CASES)
+def test_exemptions_are_the_expected_ones() -> None:
+    exempt = {c["id"]: exemption(c) for c in CASES if exemption(c)}
+    assert "mistral_vis_tool_result_injection" in exempt
+    assert len(EXACT_CASES) >= 24, exempt
+
+
+@pytest.mark.parametrize("case", PROTECTED_CASES, ids=_ids(PROTECTED_CASES))
+def test_golden_prompt_modulo_neutralisation(case: dict[str, Any]) -> None:
+    ours = render("mistral", case["messages"], case["tools"])
+    assert ours != case["expected_prompt"]
+    assert undo_neutralisation(ours) == case["expected_prompt"]
 
 
 @pytest.mark.parametrize("case", EXACT_CASES, ids=_ids(EXACT_CASES))
