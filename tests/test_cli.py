@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import dataclasses
+import json
+import signal
+import socket
 import subprocess
 import sys
+import time
+from pathlib import Path
 
+import httpx
 import pytest
 
 from callgate.__main__ import build_parser, main, settings_from_args
@@ -91,3 +97,36 @@ def test_help_explains_every_flag() -> None:
 def test_bench_lists_choices_for_an_unknown_name(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["bench", "no-such-benchmark"]) == 2
     assert "choose one of" in capsys.readouterr().err
+
+
+def test_serve_runs_the_app_with_a_scripted_engine(tmp_path: Path) -> None:
+    script = tmp_path / "replies.json"
+    script.write_text(json.dumps(["Hello from the CLI."]), encoding="utf-8")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cmd = [sys.executable, "-m", "callgate", "serve", "--engine", "fake", "--fake-script", str(script)]
+    cmd += ["--port", str(port), "--api-key", "cli-key", "--log-level", "warning"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if httpx.get(url + "/health", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                assert time.monotonic() < deadline and proc.poll() is None, "server did not start"
+                time.sleep(0.1)
+        auth = {"Authorization": "Bearer cli-key"}
+        body = {"messages": [{"role": "user", "content": "hi"}]}
+        assert httpx.post(url + "/v1/chat/completions", json=body, timeout=10).status_code == 401
+        resp = httpx.post(url + "/v1/chat/completions", json=body, headers=auth, timeout=10)
+        assert resp.status_code == 200 and resp.json()["choices"][0]["message"]["content"] == "Hello from the CLI."
+        assert resp.json()["model"] == "smollm2-135m-instruct"
+    finally:
+        proc.terminate()
+        output, _ = proc.communicate(timeout=20)
+    assert proc.returncode in (0, -signal.SIGTERM), output  # uvicorn re-raises the signal after a clean shutdown
+    assert "Traceback" not in output
+    assert "cli-key" not in output
