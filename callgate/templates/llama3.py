@@ -9,6 +9,8 @@ one call per assistant turn written `{"name": NAME, "parameters": ARGS}`, tool r
 comes from the format spec (callgate.formats, llama3-json section). Two variants differ only in
 the date: Llama 3.1 defaults to 26 Jul 2024, Llama 3.2 prints today's date; `llama3_variant`
 builds a spec with another date or tool position.
+Also holds the few helpers the mistral renderer shares (neutralisation, argument decoding,
+content parts, quick-instruction heads, errors that name the field).
 Does not know: built-in tools (`<|python_tag|>NAME.call(...)` and `<|eom_id|>`), which are not
 JSON calls and not part of `llama3-json`; parsing; tokenisation.
 
@@ -42,12 +44,28 @@ from typing import Any
 from callgate.errors import TemplateError
 from callgate.formats import ToolCallFormat
 
-__all__ = ["decode_arguments", "llama3_variant", "neutralise_json", "neutralise_text", "render"]
+__all__ = [
+    "CHAT_ROLES",
+    "ZERO_WIDTH_JOINER",
+    "check_options",
+    "check_reasoning",
+    "content_text",
+    "decode_arguments",
+    "dump_json",
+    "llama3_variant",
+    "message_role",
+    "neutralise_json",
+    "neutralise_text",
+    "quick_task",
+    "render",
+    "template_error",
+]
 
 ZERO_WIDTH_JOINER = "\u200d"
 
-_ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
-_LLAMA3_ROLES = {**_ROLES, "ipython": "tool"}
+# OpenAI roles -> the roles the renderers know ("developer" is the newer name of "system").
+CHAT_ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
+_LLAMA3_ROLES = {**CHAT_ROLES, "ipython": "tool"}
 
 
 # ---- shared by the llama3-json and mistral renderers ----------------------------------------

@@ -37,6 +37,7 @@ from typing import Any
 from callgate.errors import TemplateError
 from callgate.formats import ToolCallFormat
 from callgate.templates.llama3 import (
+    CHAT_ROLES,
     check_options,
     check_reasoning,
     content_text,
@@ -50,8 +51,6 @@ from callgate.templates.llama3 import (
 )
 
 __all__ = ["render"]
-
-_ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
 
 # mistral-common's allowed role transitions (previous role -> roles that may follow).
 _NEXT_ROLES = {
@@ -140,7 +139,7 @@ def _read_tool_fields(message: Mapping[str, Any], where: str, fmt: ToolCallForma
 
 def _read_message(index: int, message: object, fmt: ToolCallFormat, drop_thinking: bool) -> _Message:
     where = f"messages[{index}]"
-    role = message_role(message, where, _ROLES)
+    role = message_role(message, where, CHAT_ROLES)
     assert isinstance(message, Mapping)
     check_reasoning(message, where, fmt, drop_thinking)
     content = message.get("content")
