@@ -13,9 +13,9 @@ import httpx
 import pytest
 from jsonschema import Draft202012Validator
 
-from callgate.errors import ValidatorUnavailableError
+from callgate.errors import EngineError, ValidatorUnavailableError
 from callgate.serving.app import create_app
-from callgate.serving.fake_engine import FakeEngine
+from callgate.serving.fake_engine import FakeEngine, FakeReply
 from callgate.serving.settings import Limits, Settings
 
 MODEL = "fake-model"
@@ -420,3 +420,20 @@ async def test_default_validator_checks_the_declared_schema() -> None:
     assert bad.status_code == 422
     [cand] = bad.json()["callgate"]["candidates"]
     assert cand["verdict"]["verdict"] == "rejected" and cand["verdict"]["errors"][0]["path"] == "/city"
+
+
+async def test_engine_failures_end_cleanly(make_harness: Any) -> None:
+    h = make_harness(
+        [
+            FakeReply(("partial",), error=EngineError("the engine failed: boom")),
+            FakeReply(("partial",), error=EngineError("the engine failed: boom")),
+            FakeReply(("partial",), error=RuntimeError("unexpected")),
+        ]
+    )
+    resp = await h.post({"messages": ASK})
+    assert resp.status_code == 500 and resp.json()["error"]["type"] == "server_error"
+    for expected in ("server_error", "internal_error"):
+        out = chunks(await h.events({"messages": ASK}))
+        err = out[-1]["error"]
+        assert expected in (err["type"], err["code"])
+    assert (await h.client.get("/health")).json()["in_flight"] == 0

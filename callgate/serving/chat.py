@@ -25,6 +25,7 @@ import contextlib
 import hashlib
 import importlib
 import json
+import logging
 import secrets
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
@@ -66,6 +67,8 @@ from callgate.types import (
 )
 
 ADVISORY_CODES = frozenset({"unknown_tool"})
+
+log = logging.getLogger("callgate.chat")
 
 
 class ChatFailure(Exception):
@@ -230,19 +233,23 @@ class ChatService:
         `error` event. Closing the generator early aborts the generation."""
         try:
             yield sse.data_event(self._chunk(turn, {"role": "assistant", "content": ""}))
-            async for chunk in self._stream_rounds(turn):
-                yield chunk
+            async with contextlib.aclosing(self._stream_rounds(turn)) as chunks:
+                async for chunk in chunks:
+                    yield chunk
         except ChatFailure as exc:
             yield sse.error_event(exc.body())
         except CallgateError as exc:
             yield sse.error_event(exc.to_body())
+        except Exception:  # headers are sent: the client still gets an error event and [DONE]
+            log.exception("stream %s failed", turn.completion_id)
+            yield sse.error_event(CallgateError("internal server error", code="internal_error").to_body())
         finally:
             turn.close()
         yield sse.DONE
 
     # ---- rounds -------------------------------------------------------------------------
 
-    async def _stream_rounds(self, turn: _Turn) -> AsyncIterator[bytes]:
+    async def _stream_rounds(self, turn: _Turn) -> AsyncGenerator[bytes, None]:
         while True:
             rnd = _Round(len(turn.rounds))
             turn.rounds.append(rnd)
