@@ -176,8 +176,8 @@ def test_tokenizer_special_tokens_only_outside_untrusted_spans() -> None:
     assert tok.decode(guarded) == prompt
 
 
-def test_tokenizer_vocabulary_covers_every_byte_and_eos() -> None:
+def test_tokenizer_vocabulary_covers_every_byte_without_eos() -> None:
     vocab = FakeTokenizer().vocabulary()
-    assert len(vocab) == 257
-    assert vocab[b"<|im_end|>"] == [256]
+    assert len(vocab) == 256
+    assert b"<|im_end|>" not in vocab
     assert vocab["é".encode()[:1]] == [0xC3]

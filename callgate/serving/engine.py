@@ -93,7 +93,8 @@ class Tokenizer(Protocol):
         """Token bytes -> ids, for `outlines_core.Vocabulary(eos_token_id, ...)`.
 
         Keys are the exact bytes each token produces (byte-level BPE tokens are often partial
-        UTF-8, so `str` keys cannot represent them); special tokens are left out, EOS included.
+        UTF-8, so `str` keys cannot represent them). Special tokens and EOS are left out:
+        outlines-core takes EOS apart and refuses it inside the mapping.
         """
         ...
 

@@ -68,9 +68,7 @@ class FakeTokenizer:
         return out.decode("utf-8", errors="replace")
 
     def vocabulary(self) -> dict[bytes, list[int]]:
-        vocab = {bytes([b]): [b] for b in range(256)}
-        vocab[self.specials[0].encode("utf-8")] = [self.eos_token_id]
-        return vocab
+        return {bytes([b]): [b] for b in range(256)}
 
 
 @dataclass(frozen=True, slots=True)
