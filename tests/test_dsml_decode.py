@@ -7,6 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from callgate.formats import get_format
 from callgate.parsers import parse, sequential_call_ids, stream_parser
@@ -173,3 +175,41 @@ def test_feed_holds_back_only_a_bounded_tail(fmt: str) -> None:
     for _ in range(200):
         emitted += "".join(e.text for e in parser.feed("word <x> \n") if isinstance(e, TextDelta))
     assert len("word <x> \n" * 200) - len(emitted) <= len(get_format(fmt).eos)
+
+
+_PIECES = [
+    "\n",
+    "\n\n",
+    "<",
+    ">",
+    '"',
+    "a",
+    " ",
+    "｜",
+    "<｜DSML｜",
+    "</｜DSML｜",
+    "{B}>",
+    'invoke name="get_weather">',
+    'parameter name="k" string="true">',
+    'parameter name="n" string="false">',
+    "parameter>",
+    "invoke>",
+    "[1, 2]",
+    "</think>",
+    "{EOS}",
+]
+
+
+@pytest.mark.parametrize("fmt", sorted(OTHER_BLOCK))
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(pieces=st.lists(st.sampled_from(_PIECES), max_size=40), thinking=st.booleans())
+def test_any_text_parses_without_raising(fmt: str, pieces: list[str], thinking: bool) -> None:
+    text = _expand("".join(pieces), fmt)
+    result = check_split_invariance(fmt, text, WEATHER_TOOLS, thinking=thinking, splits=5)
+    fatal = [d for d in result.diagnostics if d.code != "unknown_tool"]
+    if fatal and fatal[0].code != "trailing_text":
+        assert result.candidates == ()
+    for cand in result.candidates:
+        assert text[cand.span[0] : cand.span[1]] == cand.raw
+    for diag in result.diagnostics:
+        assert 0 <= diag.span[0] <= diag.span[1] <= len(text)

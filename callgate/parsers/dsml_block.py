@@ -99,6 +99,7 @@ class BlockReader:
         self._is_str = True
         self._value: list[str] = []
         self._value_start = 0
+        self._literals = self._literal_table()
 
     @property
     def closed(self) -> bool:
@@ -126,9 +127,9 @@ class BlockReader:
 
     # ---- literal tags ---------------------------------------------------------------
 
-    def _literals(self) -> list[str]:
+    def _literal_table(self) -> dict[_S, list[str]]:
         m, end = self._m, self._tag_end
-        table = {
+        return {
             _S.OPEN: [m["block"] + ">\n"],
             _S.FIRST_INVOKE: [m["invoke_open"]],
             _S.NAME_END: [end + "\n"],
@@ -141,10 +142,9 @@ class BlockReader:
             _S.AFTER_INVOKE: ["\n"],
             _S.NEXT_INVOKE: [m["invoke_open"], m["block_close"]],
         }
-        return table[self._state]
 
     def _read_literal(self, buf: Buffer, final: bool) -> list[Event]:
-        alts, at = self._literals(), buf.offset
+        alts, at = self._literals[self._state], buf.offset
         choice = match_literals(buf, [*alts, self._fmt.eos], final=final)
         if choice.index == -1:
             return []
@@ -200,24 +200,22 @@ class BlockReader:
 
     def _read_name(self, buf: Buffer, final: bool) -> list[Event]:
         rest, at = buf.rest(), buf.offset
-        stop = next((i for i, ch in enumerate(rest) if ch in _NAME_STOP), -1)
-        if stop < 0:
-            self._chars.append(self._take(buf, len(rest)))
-            return self._fail("unterminated_block", ['"'], "the end of output", buf.offset, 0) if final else []
-        tail = rest[stop:]
-        eos = self._fmt.eos
+        stop = next((i for i, ch in enumerate(rest) if ch in _NAME_STOP), len(rest))
+        self._chars.append(self._take(buf, stop))
+        tail, eos = rest[stop:], self._fmt.eos
+        if not tail:
+            return self._fail("unterminated_block", ['"'], "the end of output", at + stop, 0) if final else []
         if tail.startswith(eos):
-            self._chars.append(self._take(buf, stop))
             return self._fail("unterminated_block", ['"'], "the end of turn", at + stop, len(eos))
         if eos.startswith(tail) and not final:
-            self._chars.append(self._take(buf, stop))
-            return []
-        self._chars.append(self._take(buf, stop))
+            return []  # maybe the end of turn: wait
         code = "bad_parameter_attrs" if self._state is _S.KEY else "bad_invoke_name"
-        if tail[0] != '"' or (self._state is _S.NAME and not any(self._chars)):
-            return self._fail(code, ['"'] if tail[0] != '"' else ["a tool name"], repr(tail[0]), at + stop)
+        if tail[0] != '"':
+            return self._fail(code, ['"'], repr(tail[0]), at + stop)
         text, self._chars = "".join(self._chars), []
         if self._state is _S.NAME:
+            if not text:
+                return self._fail(code, ["a tool name"], repr(tail[0]), at + stop)
             self._name = text
             return self._goto(_S.NAME_END)
         if text in self._args:

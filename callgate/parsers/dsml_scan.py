@@ -25,11 +25,10 @@ class Buffer:
         self._base = 0
 
     def append(self, delta: str) -> None:
-        if self._pos > 4096 and self._pos * 2 > len(self._text):
-            self._base += self._pos
-            self._text = self._text[self._pos :]
-            self._pos = 0
-        self._text += delta
+        # the unconsumed tail is at most one marker long after each run, so this copy is small
+        self._base += self._pos
+        self._text = self._text[self._pos :] + delta
+        self._pos = 0
 
     @property
     def offset(self) -> int:
@@ -70,12 +69,13 @@ class MarkerSet:
     No marker may be a prefix of another (so the earliest match never depends on how the
     text was split)."""
 
-    __slots__ = ("_prefixes", "_rx")
+    __slots__ = ("_longest", "_prefixes", "_rx")
 
     def __init__(self, markers: Sequence[str]) -> None:
         ordered = sorted(set(markers), key=len, reverse=True)
         self._rx = re.compile("|".join(re.escape(m) for m in ordered))
         self._prefixes = frozenset(m[:k] for m in ordered for k in range(1, len(m)))
+        self._longest = max(map(len, self._prefixes), default=0)
 
     def scan(self, buf: Buffer, *, final: bool) -> Hit:
         """Consume text up to (and including) the earliest marker, or up to a possible partial
@@ -90,7 +90,7 @@ class MarkerSet:
         return Hit(buf.take(len(rest) - hold), None)
 
     def _held(self, rest: str) -> int:
-        for k in range(min(len(rest), max((len(p) for p in self._prefixes), default=0)), 0, -1):
+        for k in range(min(len(rest), self._longest), 0, -1):
             if rest[-k:] in self._prefixes:
                 return k
         return 0
