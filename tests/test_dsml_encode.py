@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import json
+from importlib import resources
 from typing import Any
 
 import pytest
@@ -10,7 +12,8 @@ import pytest
 from callgate.errors import TemplateError
 from callgate.formats import get_format
 from callgate.templates import render
-from tests.conftest import load_jsonl
+from callgate.templates.dsml_blocks import fixed_text
+from tests.conftest import GOLDEN, load_jsonl
 
 FORMATS = {"dsv32": "dsml-v3.2", "dsv4": "dsml-v4"}
 
@@ -183,3 +186,15 @@ def test_v4_quick_task_tokens_come_from_the_spec() -> None:
         prompt = render("dsml-v4", [{"role": "user", "content": "q", "task": task}])
         assert prompt.endswith(token)
         assert token in spec.special_tokens
+
+
+def test_packaged_texts_are_the_golden_fixed_texts() -> None:
+    """The renderer reads its long constants from the package, never from tests/ or golden/."""
+    golden = json.loads((GOLDEN / "dsml" / "fixed_texts.json").read_text(encoding="utf-8"))
+    packaged = json.loads(resources.files("callgate.templates").joinpath("dsml_texts.json").read_text(encoding="utf-8"))
+    assert {k: v for k, v in packaged.items() if not k.startswith("_")} == {
+        k: v for k, v in golden.items() if not k.startswith("_")
+    }
+    for version, texts in packaged.items():
+        if not version.startswith("_"):
+            assert all(fixed_text(version, key) == value for key, value in texts.items())
