@@ -221,3 +221,22 @@ def test_disconnect_mid_stream_aborts_and_frees_the_slot(serve: Callable[..., Se
     server.engine.respond = lambda req: "free again"
     again = client.chat.completions.create(model=MODEL, messages=ASK)
     assert again.choices[0].message.content == "free again"
+
+
+def test_queue_full_and_validator_down(serve: Callable[..., Server]) -> None:
+    server = serve(respond=lambda req: FakeReply(tuple("slow " * 100), token_delay_s=0.01), max_num_seqs=1, max_queue=1)
+    client = server.client()
+    held = [client.chat.completions.create(model=MODEL, messages=ASK, stream=True) for _ in range(2)]
+    with pytest.raises(openai.RateLimitError) as info:
+        client.chat.completions.create(model=MODEL, messages=ASK)
+    assert info.value.status_code == 429 and isinstance(info.value.body, dict)
+    assert info.value.body["type"] == "rate_limit_error"
+    for stream in held:
+        stream.close()
+    _wait_for(lambda: server.in_flight() == 0)
+    server.engine.respond = lambda req: CALL
+    server.validator.down = True
+    with pytest.raises(openai.InternalServerError) as down:
+        client.chat.completions.create(model=MODEL, messages=ASK, tools=[WEATHER])
+    assert down.value.status_code == 503 and isinstance(down.value.body, dict)
+    assert down.value.body["type"] == "validator_unavailable"

@@ -145,13 +145,15 @@ class _Round:
 class _Turn:
     """The per-request state of one chat completion; created admitted, `close` frees it."""
 
-    def __init__(self, service: ChatService, req: ChatRequest, constraint: ConstraintRef | None) -> None:
+    def __init__(
+        self, service: ChatService, req: ChatRequest, constraint: ConstraintRef | None, started_s: float
+    ) -> None:
         self.service = service
         self.req = req
         self.constraint = constraint
         self.completion_id = "chatcmpl-" + secrets.token_hex(12)
         self.created = int(time.time())
-        self.started_s = time.monotonic()
+        self.started_s = started_s  # admission time: time to first token includes the grammar compile
         self.usage = _Usage()
         self.rounds: list[_Round] = []
         self.messages: list[Mapping[str, Any]] = list(req.messages)
@@ -202,9 +204,10 @@ class ChatService:
         """Admit the request (429 when full) and compile its constraint; the caller must
         `close()` the returned turn (the response functions do it themselves)."""
         self.admission.acquire()
+        started_s = time.monotonic()
         try:
             constraint = await self._constraint(req)
-            turn = _Turn(self, req, constraint)
+            turn = _Turn(self, req, constraint, started_s)
             await self._prompt(turn)  # fail fast: 400 for an oversized prompt before streaming
             return turn
         except BaseException:
