@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from enum import Enum, auto
 from typing import Any
 
@@ -100,6 +100,13 @@ class BlockReader:
         self._value: list[str] = []
         self._value_start = 0
         self._literals = self._literal_table()
+        self._actions: dict[str, Callable[[int], list[Event]]] = {
+            "open_invoke": self._open_invoke,
+            "start_call": lambda _: self._start_call(),
+            "end_invoke": lambda _: self._end_invoke(),
+            "string_value": lambda _: self._start_value(is_str=True),
+            "json_value": lambda _: self._start_value(is_str=False),
+        }
 
     @property
     def closed(self) -> bool:
@@ -127,24 +134,26 @@ class BlockReader:
 
     # ---- literal tags ---------------------------------------------------------------
 
-    def _literal_table(self) -> dict[_S, list[str]]:
+    def _literal_table(self) -> dict[_S, tuple[tuple[str, _S | str], ...]]:
+        """state -> its literal alternatives, each with the next state or an action name."""
         m, end = self._m, self._tag_end
         return {
-            _S.OPEN: [m["block"] + ">\n"],
-            _S.FIRST_INVOKE: [m["invoke_open"]],
-            _S.NAME_END: [end + "\n"],
-            _S.PARAMS: [m["param_open"], "\n"],
-            _S.EMPTY_CLOSE: [m["invoke_close"]],
-            _S.ATTR: [m["string_attr"]],
-            _S.FLAG: ["true" + end, "false" + end],
-            _S.AFTER_PARAM: ["\n"],
-            _S.NEXT_PARAM: [m["param_open"], m["invoke_close"]],
-            _S.AFTER_INVOKE: ["\n"],
-            _S.NEXT_INVOKE: [m["invoke_open"], m["block_close"]],
+            _S.OPEN: ((m["block"] + ">\n", _S.FIRST_INVOKE),),
+            _S.FIRST_INVOKE: ((m["invoke_open"], "open_invoke"),),
+            _S.NAME_END: ((end + "\n", "start_call"),),
+            _S.PARAMS: ((m["param_open"], _S.KEY), ("\n", _S.EMPTY_CLOSE)),
+            _S.EMPTY_CLOSE: ((m["invoke_close"], "end_invoke"),),
+            _S.ATTR: ((m["string_attr"], _S.FLAG),),
+            _S.FLAG: (("true" + end, "string_value"), ("false" + end, "json_value")),
+            _S.AFTER_PARAM: (("\n", _S.NEXT_PARAM),),
+            _S.NEXT_PARAM: ((m["param_open"], _S.KEY), (m["invoke_close"], "end_invoke")),
+            _S.AFTER_INVOKE: (("\n", _S.NEXT_INVOKE),),
+            _S.NEXT_INVOKE: ((m["invoke_open"], "open_invoke"), (m["block_close"], _S.CLOSED)),
         }
 
     def _read_literal(self, buf: Buffer, final: bool) -> list[Event]:
-        alts, at = self._literals[self._state], buf.offset
+        table, at = self._literals[self._state], buf.offset
+        alts = [literal for literal, _ in table]
         choice = match_literals(buf, [*alts, self._fmt.eos], final=final)
         if choice.index == -1:
             return []
@@ -152,32 +161,16 @@ class BlockReader:
             return self._fail("unterminated_block", alts, "the end of turn", at, len(self._fmt.eos))
         if choice.index >= 0:
             self._raw.append(alts[choice.index])
+            target = table[choice.index][1]
+            if isinstance(target, _S):
+                return self._goto(target)
             self._value_start = buf.offset
-            return self._matched(choice.index, at)
+            return self._actions[target](at)
         got = buf.peek(choice.common + 1)[choice.common :]
         if not got:
             return self._fail("unterminated_block", alts, "the end of output", at + choice.common, 0)
         code = self._mismatch_code(choice.best, choice.common, buf.peek(1))
         return self._fail(code, alts, repr(got), at + choice.common)
-
-    def _matched(self, alt: int, at: int) -> list[Event]:
-        s = self._state
-        if s is _S.OPEN or s is _S.AFTER_PARAM or s is _S.AFTER_INVOKE or s is _S.ATTR:
-            nxt = {_S.OPEN: _S.FIRST_INVOKE, _S.AFTER_PARAM: _S.NEXT_PARAM, _S.AFTER_INVOKE: _S.NEXT_INVOKE}
-            return self._goto(nxt.get(s, _S.FLAG))
-        if s is _S.FIRST_INVOKE or (s is _S.NEXT_INVOKE and alt == 0):
-            return self._open_invoke(at)
-        if s is _S.NEXT_INVOKE:
-            return self._goto(_S.CLOSED)
-        if s is _S.NAME_END:
-            return self._start_call()
-        if s is _S.PARAMS:
-            return self._goto(_S.KEY if alt == 0 else _S.EMPTY_CLOSE)
-        if s is _S.NEXT_PARAM and alt == 0:
-            return self._goto(_S.KEY)
-        if s is _S.FLAG:
-            return self._start_value(is_str=alt == 0)
-        return self._end_invoke()  # EMPTY_CLOSE, NEXT_PARAM + invoke close
 
     def _mismatch_code(self, best: int, common: int, first: str) -> str:
         m, s = self._m, self._state
