@@ -321,6 +321,11 @@ class JsonCallParser:
             self._i = i + len(tok)
             self._state = _State.AFTER_END
             return True
+        if tok is not None and tok == spec.block_close and not self._scan.started:
+            self._diag("empty_call_block", "a JSON call", _quote(tok), (self._block_start, self._abs(i + len(tok))))
+            self._i = i + len(tok)
+            self._state = _State.AFTER_CALL
+            return True
         if tok is not None and tok == spec.block_open and spec.layout == "object":
             self._diag("unbalanced_tags", "a JSON call object", _quote(tok), (self._abs(i), self._abs(i + len(tok))))
             self._i = i + len(tok)
@@ -351,6 +356,10 @@ class JsonCallParser:
         if tok is None and not self._final and self._block_markers.could_start(buf, k):
             return False
         span = (self._abs(k), self._abs(k + len(tok or buf[k])))
+        if tok is None and spec.block_close.startswith(buf[k:]):  # the text ends inside the close tag
+            self._i = len(buf)
+            self._state = _State.BLOCK_TAIL
+            return False
         if tok in spec.ends:
             self._diag("unterminated_block", _quote(spec.block_close), _quote(tok), (self._block_start, span[0]))
             self._i = span[1] - self._base

@@ -93,6 +93,7 @@ class JsonScanner:
         "_state",
         "_str_is_key",
         "_str_keep",
+        "_str_start",
         "_str_stream",
         "_uni",
         "capture_key",
@@ -125,6 +126,7 @@ class JsonScanner:
         self._capture_depth = 0  # stack depth of the captured object while capturing
         self._sb: list[str] = []
         self._str_is_key = False
+        self._str_start = 0
         self._str_keep = False
         self._str_stream = False
         self._hi = ""  # pending high surrogate from a \\u escape
@@ -219,7 +221,7 @@ class JsonScanner:
 
     def _value(self, ch: str, text: str, pos: int) -> int:
         depth = len(self._stack)
-        if self.value_start < 0:
+        if self.value_start < 0 and (ch in '{["-0123456789' or ch in _LITERALS):
             self.value_start = self._abs(pos)
         if depth == 1 and not self._stack[0].is_object:
             self.element_spans.append((self._abs(pos), -1))
@@ -233,7 +235,7 @@ class JsonScanner:
             return pos + 1
         if ch == '"':
             return self._open_string(pos, is_key=False)
-        if ch == "-" or ch.isdigit():
+        if ch in "-0123456789":
             self._num = [ch]
             self._state = _NUMBER_ST
             return pos + 1
@@ -282,6 +284,7 @@ class JsonScanner:
     def _open_string(self, pos: int, *, is_key: bool) -> int:
         depth = len(self._stack)
         self._str_is_key = is_key
+        self._str_start = self._abs(pos)
         at_name = (
             not is_key
             and depth == 1
@@ -334,7 +337,13 @@ class JsonScanner:
         key = "".join(self._sb)
         frame = self._stack[-1]
         if key in frame.keys:
-            return self._fail_here("duplicate_key", "a key not used before in this object", json.dumps(key), pos)
+            self._fail(
+                "duplicate_key",
+                "a key not used before in this object",
+                json.dumps(key, ensure_ascii=False),
+                self._str_start,
+            )
+            return pos
         frame.keys.add(key)
         frame.key = key
         if len(self._stack) == 1:

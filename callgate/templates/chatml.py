@@ -144,7 +144,8 @@ def neutralise_json(fmt: ToolCallFormat, text: str) -> str:
 def _message(fmt: ToolCallFormat, i: int, message: Mapping[str, Any], *, last: bool) -> _Message:
     if not isinstance(message, Mapping):
         raise TemplateError(f"messages[{i}]: expected an object", param=f"messages[{i}]")
-    role = _ROLES.get(message.get("role"))  # type: ignore[arg-type]
+    given = message.get("role")
+    role = _ROLES.get(given) if isinstance(given, str) else None
     if role is None:
         raise TemplateError(
             f"messages[{i}].role: {message.get('role')!r} is not one of {', '.join(_ROLES)}",

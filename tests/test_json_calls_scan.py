@@ -1,0 +1,147 @@
+"""The streaming JSON scanner against the standard library: the same verdict as a strict
+json.loads on every text, the canonical arguments text equal to json.dumps of the decoded
+value, and the same results however the text is split."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from callgate.parsers.json_scan import JsonScanner
+from tests.harness import json_values, random_split
+
+
+def _strict_loads(text: str) -> Any:
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        out = dict(items)
+        if len(out) != len(items):
+            raise ValueError("duplicate key")
+        return out
+
+    def constant(name: str) -> Any:
+        raise ValueError(name)
+
+    value = json.loads(text, object_pairs_hook=pairs, parse_constant=constant)
+    if any(isinstance(v, float) and math.isinf(v) for v in _leaves(value)):
+        raise ValueError("out of range")
+    return value
+
+
+def _leaves(value: Any) -> list[Any]:
+    if isinstance(value, dict):
+        return [leaf for v in value.values() for leaf in _leaves(v)]
+    if isinstance(value, list):
+        return [leaf for v in value for leaf in _leaves(v)]
+    return [value]
+
+
+def _scan(pieces: list[str], **kwargs: Any) -> tuple[JsonScanner, int]:
+    scanner = JsonScanner(**kwargs)
+    consumed = 0
+    for piece in pieces:
+        pos = scanner.feed(piece, 0)
+        consumed += pos
+        if scanner.done or scanner.failed:
+            return scanner, consumed
+    scanner.finish()
+    return scanner, consumed
+
+
+def _accepts(text: str) -> bool:
+    scanner, consumed = _scan([text])
+    return scanner.done and not text[consumed:].strip(" \t\r\n")
+
+
+TEXTS = [
+    '{"a": [1, -0, 0.5, 1e5, 1E-2, true, false, null, "x\\u00e9\\ud83d\\ude00\\n"]}',
+    '  {"a" : {}, "b":[ ] }  ',
+    '"\\ud83d"',
+    "-12.5e+3",
+    "{'a': 1}",
+    '{"a": 1,}',
+    "[1, 2,]",
+    "[01]",
+    "[1.]",
+    "[.5]",
+    "[-]",
+    "[1e]",
+    '{"a": NaN}',
+    "[Infinity]",
+    "[1e400]",
+    '{"a": 1, "a": 2}',
+    '["a\nb"]',
+    '["\\x"]',
+    '["\\u12G4"]',
+    "[tru]",
+    "[nul",
+    "{",
+    '{"a" 1}',
+    '{"a": 1 "b": 2}',
+    "[1 2]",
+    "",
+    "   ",
+    "[1]]",
+]
+
+
+@pytest.mark.parametrize("text", TEXTS)
+def test_same_verdict_as_strict_json(text: str) -> None:
+    try:
+        _strict_loads(text)
+        valid = True
+    except ValueError:
+        valid = False
+    assert _accepts(text) == valid
+
+
+CALL_OBJECTS = st.builds(
+    lambda name, arguments: {"name": name, "arguments": arguments},
+    st.text(min_size=1, max_size=8),
+    st.dictionaries(st.text(max_size=6), json_values()),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(CALL_OBJECTS, st.sampled_from([None, 0, 2, "\n"]), st.integers(min_value=0, max_value=2**16))
+def test_canonical_arguments_stream(call: dict[str, Any], indent: Any, seed: int) -> None:
+    text = json.dumps(call, ensure_ascii=indent is None, indent=indent)
+    pieces = random_split(text, random.Random(seed), max_piece=5)
+    scanner, consumed = _scan(pieces, name_key="name", capture_key="arguments")
+    assert scanner.done and consumed == len(text)
+    assert scanner.name == call["name"]
+    assert scanner.captured
+    assert "".join(scanner.out) == json.dumps(call["arguments"], ensure_ascii=False)
+
+
+def test_arguments_before_name_are_not_streamed() -> None:
+    scanner, _ = _scan(['{"arguments": {"a": 1}, "name": "f"}'], name_key="name", capture_key="arguments")
+    assert scanner.done and scanner.name == "f" and not scanner.captured and scanner.out == []
+
+
+@settings(max_examples=150, deadline=None)
+@given(json_values(max_leaves=12), st.integers(min_value=0, max_value=2**16))
+def test_values_and_splits(value: Any, seed: int) -> None:
+    text = json.dumps(value, ensure_ascii=seed % 2 == 0)
+    whole, _ = _scan([text])
+    split, _ = _scan(random_split(text, random.Random(seed), max_piece=3))
+    assert whole.done and split.done
+    assert whole.element_spans == split.element_spans
+    if isinstance(value, list):
+        assert [json.loads(text[s:e]) for s, e in whole.element_spans] == value
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(alphabet="{}[]\",:\\ 0123456789.eE+-truefalsn\n'abu", max_size=30))
+def test_random_text_verdict(text: str) -> None:
+    try:
+        _strict_loads(text)
+        valid = True
+    except (ValueError, RecursionError):
+        valid = False
+    assert _accepts(text) == valid
