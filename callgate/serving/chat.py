@@ -26,9 +26,10 @@ import hashlib
 import importlib
 import json
 import logging
+import re
 import secrets
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -126,6 +127,7 @@ class _Prompt:
     tokens: int
     max_tokens: int
     messages: int  # how many messages were rendered
+    spans: tuple[tuple[int, int], ...]  # user and tool content: special-token text there stays text
 
 
 @dataclass(slots=True)
@@ -279,7 +281,9 @@ class ChatService:
         parser = parsers.stream_parser(self.settings.format, req.tools, thinking=req.thinking)
         request_id = f"{turn.completion_id}-{rnd.index}"
         sampling = SamplingParams(prompt.max_tokens, req.temperature, req.top_p, req.seed, req.stop)
-        stream = self.engine.generate(GenerationRequest(request_id, prompt.text, sampling, turn.constraint))
+        stream = self.engine.generate(
+            GenerationRequest(request_id, prompt.text, sampling, turn.constraint, prompt.spans)
+        )
         finished = False
         last_s = turn.started_s
         base = (turn.usage.prompt, turn.usage.completion, turn.usage.cached)
@@ -319,14 +323,15 @@ class ChatService:
             return turn.prompt
         req = turn.req
         tools = None if req.tool_choice == "none" else req.tools
-        text = templates.render(
-            self.settings.format,
-            turn.messages,
-            tools,
-            thinking=req.thinking,
-            reasoning_effort=req.reasoning_effort,
-        )
-        n = len(self.engine.tokenizer.encode(text))
+
+        def render(messages: Sequence[Mapping[str, Any]]) -> str:
+            return templates.render(
+                self.settings.format, messages, tools, thinking=req.thinking, reasoning_effort=req.reasoning_effort
+            )
+
+        text = render(turn.messages)
+        spans = untrusted_spans(render, turn.messages, text)
+        n = len(self.engine.tokenizer.encode(text, spans))
         context = self.engine.max_model_len
         if n >= context:
             raise InvalidRequestError(
@@ -341,7 +346,7 @@ class ChatService:
                 code="context_length_exceeded",
             )
         max_tokens = req.max_tokens or min(self.settings.limits.default_max_tokens, context - n)
-        turn.prompt = _Prompt(text, n, max_tokens, len(turn.messages))
+        turn.prompt = _Prompt(text, n, max_tokens, len(turn.messages), spans)
         return turn.prompt
 
     async def _constraint(self, req: ChatRequest) -> ConstraintRef | None:
@@ -495,6 +500,54 @@ def _raw_output(result: ParseResult) -> dict[str, Any]:
 
 def _finish(reason: str) -> str:
     return reason if reason in ("stop", "length") else "stop"
+
+
+# ---- untrusted content in the prompt ------------------------------------------------------
+
+_UNTRUSTED_ROLES = frozenset({"user", "tool"})
+_PLACEHOLDER = re.compile("\ue000(\\d+)\ue001")  # private-use marks: no template treats them specially
+
+
+def untrusted_spans(
+    render: Callable[[Sequence[Mapping[str, Any]]], str], messages: Sequence[Mapping[str, Any]], prompt: str
+) -> tuple[tuple[int, int], ...]:
+    """[start, end) spans of user and tool contents in `prompt`, found without format knowledge.
+
+    The conversation is rendered again with each such content replaced by a placeholder; the
+    text between placeholders is structure, which must appear in `prompt` in order. A content
+    the template copied verbatim spans exactly its own length; one the template rewrote
+    (neutralised control tokens) spans up to the next structure. Where the two renders cannot
+    be aligned, no spans are returned (the templates' own neutralisation still applies).
+    """
+    contents = {
+        i: m["content"] for i, m in enumerate(messages) if m.get("role") in _UNTRUSTED_ROLES and m.get("content")
+    }
+    if not contents:
+        return ()
+    masked = [{**m, "content": f"\ue000{i}\ue001"} if i in contents else m for i, m in enumerate(messages)]
+    parts = _PLACEHOLDER.split(render(masked))  # structure, index, structure, index, ..., structure
+    if not prompt.startswith(parts[0]):
+        return ()
+    spans: list[tuple[int, int]] = []
+    pos = len(parts[0])
+    for k in range(1, len(parts), 2):
+        content, after, last = contents.get(int(parts[k]), ""), parts[k + 1], k + 2 >= len(parts)
+        end = _content_end(prompt, pos, content, after, last)
+        if end < pos:
+            return ()
+        spans.append((pos, end))
+        pos = end + len(after)
+    return tuple(spans) if pos == len(prompt) else ()
+
+
+def _content_end(prompt: str, pos: int, content: str, after: str, last: bool) -> int:
+    """Where the content starting at `pos` ends: verbatim, or up to the structure after it
+    (which a neutralised content cannot contain); -1 when neither fits."""
+    if prompt.startswith(content + after, pos) and (not last or pos + len(content + after) == len(prompt)):
+        return pos + len(content)
+    if last:
+        return len(prompt) - len(after) if prompt.endswith(after) else -1
+    return prompt.find(after, pos) if after else -1
 
 
 # ---- the validator seam -------------------------------------------------------------------
