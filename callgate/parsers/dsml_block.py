@@ -273,10 +273,14 @@ class BlockReader:
             return [ArgumentsDelta(self._index, '"')]
         try:
             value = strict_json(text)
-        except ValueError as err:
-            return self._fail("invalid_json_value", ["a JSON value"], f"{text!r} ({err})", self._value_start, len(text))
+            encoded = json.dumps(value, ensure_ascii=False)
+        except (ValueError, RecursionError) as err:  # RecursionError: absurdly deep nesting
+            shown = text if len(text) <= 40 else text[:37] + "..."
+            return self._fail(
+                "invalid_json_value", ["a JSON value"], f"{shown!r} ({err})", self._value_start, len(text)
+            )
         self._args[self._key] = value
-        return [ArgumentsDelta(self._index, json.dumps(value, ensure_ascii=False))]
+        return [ArgumentsDelta(self._index, encoded)]
 
     def _end_invoke(self) -> list[Event]:
         raw = "".join(self._raw)
