@@ -437,3 +437,21 @@ async def test_engine_failures_end_cleanly(make_harness: Any) -> None:
         err = out[-1]["error"]
         assert expected in (err["type"], err["code"])
     assert (await h.client.get("/health")).json()["in_flight"] == 0
+
+
+async def test_output_that_breaks_tool_choice_is_502(make_harness: Any) -> None:
+    other = {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object"}}}
+    two = call_text("get_weather", {"city": "Oslo"}) + "\n" + call_text("get_weather", {"city": "Rome"})
+    h = make_harness(["just text", call_text("get_time", {}), two], settings=make_settings(constrained=False))
+    named = {"type": "function", "function": {"name": "get_weather"}}
+    cases = [
+        ({"tool_choice": "required"}, "missing_tool_call"),
+        ({"tool_choice": named}, "wrong_tool"),
+        ({"parallel_tool_calls": False}, "too_many_calls"),
+    ]
+    for extra, code in cases:
+        resp = await h.post({"messages": ASK, "tools": [WEATHER, other], **extra})
+        assert resp.status_code == 502, resp.text
+        assert resp.json()["error"]["code"] == code
+        assert resp.json()["callgate"]["diagnostics"][-1]["code"] == code
+    assert h.validator.seen == []

@@ -9,6 +9,9 @@ Policy:
 * A diagnostic other than `unknown_tool` (whose candidate still goes to the validator and
   is rejected there) means the output held a call block that could not be read: 502
   `model_output_error` with the diagnostic's code; streaming ends with an `error` event.
+  So does output that breaks what the grammar would have enforced (no call under
+  tool_choice required/named, another tool than the named one, several calls with
+  parallel_tool_calls=false): codes `missing_tool_call`, `wrong_tool`, `too_many_calls`.
 * Every candidate gets a verdict before anything about it is sent. A round whose verdicts
   are all `accepted` is the answer; otherwise the calls and the validator's errors are fed
   back as tool results and the model tries again, at most `max_repairs` times; then 422.
@@ -382,6 +385,13 @@ class ChatService:
         if fatal is not None:
             error = ModelOutputError(f"model output is not a well-formed call: {fatal.message}", code=fatal.code)
             raise ChatFailure(error, {**turn.callgate_block(), "raw": _raw_output(rnd.result)})
+        violation = _choice_violation(turn.req, rnd.result)
+        if violation is not None:
+            self.metrics.diagnostic(violation.code)
+            block = turn.callgate_block()
+            block["diagnostics"].append({**diagnostic_dict(violation), "round": rnd.index})
+            error = ModelOutputError(f"model output breaks the request: {violation.message}", code=violation.code)
+            raise ChatFailure(error, {**block, "raw": _raw_output(rnd.result)})
 
     async def _validate(self, turn: _Turn, rnd: _Round) -> None:
         assert rnd.result is not None
@@ -492,6 +502,26 @@ def _visible_deltas(batch: list[Event]) -> list[dict[str, Any]]:
 
 def _fatal(diagnostics: Sequence[Diagnostic]) -> Diagnostic | None:
     return next((d for d in diagnostics if d.code not in ADVISORY_CODES), None)
+
+
+def _choice_violation(req: ChatRequest, result: ParseResult) -> Diagnostic | None:
+    """What the grammar guarantees, checked again (it may be off): tool_choice `required` or
+    named needs a call, named allows only that tool, parallel_tool_calls=false at most one."""
+    calls = result.candidates
+    forced = req.tool_choice == "required" or isinstance(req.tool_choice, Mapping)
+    if forced and not calls:
+        return Diagnostic("missing_tool_call", "expected a tool call (tool_choice requires one), got none", (0, 0))
+    if isinstance(req.tool_choice, Mapping):
+        wanted = req.tool_choice["function"]["name"]
+        for c in calls:
+            if c.name != wanted:
+                return Diagnostic(
+                    "wrong_tool", f"expected a call to {wanted!r}, got {c.name!r} at offset {c.span[0]}", c.span
+                )
+    if not req.parallel_tool_calls and len(calls) > 1:
+        message = f"expected one call (parallel_tool_calls is false), got {len(calls)} at offset {calls[1].span[0]}"
+        return Diagnostic("too_many_calls", message, calls[1].span)
+    return None
 
 
 def _raw_output(result: ParseResult) -> dict[str, Any]:
