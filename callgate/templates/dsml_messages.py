@@ -137,6 +137,8 @@ def _arguments(where: str, value: Any, lenient: bool) -> Mapping[str, Any]:
         raise TemplateError(f"{where}: expected a JSON string", param=where)
     try:
         decoded = json.loads(value)
+    except RecursionError:
+        raise TemplateError(f"{where}: JSON nested too deeply", param=where) from None
     except ValueError:
         if lenient:  # V4 reference: non-JSON arguments travel as one string parameter
             return {"arguments": value}
