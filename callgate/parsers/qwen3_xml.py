@@ -56,6 +56,7 @@ from callgate.types import (
 _NAME = re.compile(r"[^\s<>=\"'/]*")
 _MAX_NAME_CHARS = 256  # keeps the hold-back of a tag name bounded
 _MAX_SHOWN_CHARS = 20
+_NEEDS_ESCAPE = re.compile(r'["\\\x00-\x1f]')  # what json.dumps(ensure_ascii=False) escapes
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,20 +66,31 @@ class _Scanner:
     pattern: re.Pattern[str]
     prefixes: frozenset[str]
     longest: int
+    firsts: str  # the distinct first characters of the markers
+    starts: re.Pattern[str]  # finds any of them
 
     @classmethod
     def of(cls, *markers: str) -> _Scanner:
         prefixes = frozenset(m[:k] for m in markers for k in range(1, len(m)))
         pattern = re.compile("|".join(re.escape(m) for m in sorted(markers, key=len, reverse=True)))
-        return cls(pattern, prefixes, max(map(len, markers)))
+        firsts = "".join(sorted({m[0] for m in markers}))
+        starts = re.compile("[" + re.escape(firsts) + "]")
+        return cls(pattern, prefixes, max(map(len, markers)), firsts, starts)
 
     def safe_end(self, buf: str, pos: int) -> int:
         """The first index from which buf may be the start of a marker (len(buf) if none)."""
         n = len(buf)
-        for i in range(max(pos, n - self.longest + 1), n):
-            if buf[i:] in self.prefixes:
-                return i
-        return n
+        start = max(pos, n - self.longest + 1)
+        best = n
+        # str.find per first character: measured ~2x faster than slicing at every index
+        for ch in self.firsts:
+            i = buf.find(ch, start, best)
+            while i != -1:
+                if buf[i:] in self.prefixes:
+                    best = i
+                    break
+                i = buf.find(ch, i + 1, best)
+        return best
 
     def choose(self, buf: str, pos: int, options: tuple[str, ...]) -> str | None:
         """The option buf continues with at pos; "" when undecided yet; None when none."""
@@ -154,6 +166,8 @@ def make_parser(fmt: ToolCallFormat, tools: Tools, *, thinking: bool, call_ids: 
     return Qwen3XmlParser(syntax, tools, thinking=thinking, call_ids=call_ids)
 
 
+# A state reads buf from pos and returns where it stopped; ~index (negative) when it needs
+# more text and keeps buf[index:] for the next delta.
 State = Callable[[str, int], int]
 
 
@@ -162,14 +176,14 @@ class Qwen3XmlParser:
 
     def __init__(self, syntax: _Syntax, tools: Tools, *, thinking: bool, call_ids: CallIdFactory) -> None:
         self._sx = syntax
-        self._names = tool_names(tools)
-        self._schemas = tool_schemas(tools)
+        self._fast = _fast_paths(syntax)
+        self._tools = tools
+        self._tool_info: tuple[frozenset[str] | None, dict[str, Mapping[str, Any]]] | None = None
         self._call_ids = call_ids
         self._builder = ResultBuilder()
         self._out: list[Event] = []
         self._held = ""  # unconsumed tail: at most a partial marker or a partial tag name
         self._base = 0  # offset of the current buffer's first character in the output
-        self._starved = False
         self._done = False
         self._state: State = self._reasoning if thinking else self._start
         self._ws = ""  # whitespace held back at the end of the content so far
@@ -185,18 +199,27 @@ class Qwen3XmlParser:
     def feed(self, delta: str) -> list[Event]:
         if self._done or not delta:
             return []
-        buf = self._held + delta if self._held else delta
         out: list[Event] = []
         self._out = out
+        if not self._held:
+            # Fast path for token-sized deltas in the middle of text or a value: no character
+            # that can start a marker, so the whole delta goes where the state puts its text.
+            fast = self._fast.get(getattr(self._state, "__func__", None))
+            if fast is not None and fast[0].search(delta) is None:
+                fast[1](self, delta)
+                self._base += len(delta)
+                # argument fragments do not change the result: the builder would skip them
+                return self._builder.add(out) if fast[2] else out
+        buf = self._held + delta if self._held else delta
         pos, n = 0, len(buf)
         while pos < n:
-            self._starved = False
             pos = self._state(buf, pos)
-            if self._starved:
+            if pos < 0:  # the state needs more text: it keeps buf[~pos:]
+                pos = ~pos
                 break
         self._held = buf[pos:]
         self._base += pos
-        return self._builder.add(out)
+        return self._builder.add(out) if out else out
 
     def finish(self) -> list[Event]:
         if self._done:
@@ -275,8 +298,7 @@ class Qwen3XmlParser:
             self._state = self._reasoning
             return pos + len(opener)
         if opener.startswith(buf[pos:]):
-            self._starved = True
-            return pos
+            return ~pos
         self._state = self._content
         return pos
 
@@ -286,8 +308,7 @@ class Qwen3XmlParser:
         if m is None:
             end = sx.content.safe_end(buf, pos)
             self._emit_content(buf[pos:end])
-            self._starved = True
-            return end
+            return ~end
         i, tag = m.start(), m.group()
         self._emit_content(buf[pos:i])
         if tag == sx.call_open:
@@ -313,8 +334,7 @@ class Qwen3XmlParser:
         if m is None:
             end = sx.reasoning.safe_end(buf, pos)
             self._emit_reasoning(buf[pos:end])
-            self._starved = True
-            return end
+            return ~end
         i, tag = m.start(), m.group()
         self._emit_reasoning(buf[pos:i])
         if tag == sx.think_close:
@@ -333,8 +353,7 @@ class Qwen3XmlParser:
         sx = self._sx
         option = sx.between.choose(buf, pos, (sx.sep + sx.call_open, sx.eos))
         if option == "":
-            self._starved = True
-            return pos
+            return ~pos
         if option == sx.eos:
             self._state = self._ended
             return pos + len(option)
@@ -353,8 +372,7 @@ class Qwen3XmlParser:
         scanner = self._sx.stray
         m = scanner.pattern.search(buf, pos)
         if m is None:
-            self._starved = True
-            return scanner.safe_end(buf, pos)
+            return ~scanner.safe_end(buf, pos)
         i = m.start()
         self._diagnose(
             "text_between_calls", "\\n<tool_call>", "text", self._stray_start, self._abs(i), self._stray_start
@@ -365,8 +383,7 @@ class Qwen3XmlParser:
         sx = self._sx
         m = sx.recover.pattern.search(buf, pos)
         if m is None:
-            self._starved = True
-            return sx.recover.safe_end(buf, pos)
+            return ~sx.recover.safe_end(buf, pos)
         tag = m.group()
         if tag == sx.call_open:
             return self._open_call(m.start())
@@ -397,10 +414,9 @@ class Qwen3XmlParser:
             call.raw.append(seg)
             if len(seg) == len(lit):
                 call.literal_then(self._abs(pos + len(seg)))
-            else:
-                call.literal = lit[len(seg) :]
-                self._starved = True
-            return pos + len(seg)
+                return pos + len(seg)
+            call.literal = lit[len(seg) :]
+            return ~(pos + len(seg))
         k = next(j for j, (a, b) in enumerate(zip(seg, lit, strict=False)) if a != b)
         self._fail(call.literal_code, lit[k:], seg[k], self._abs(pos + k))
         return pos + k
@@ -425,8 +441,7 @@ class Qwen3XmlParser:
             return pos
         if j == len(buf):
             call.raw.append(buf[pos:j])
-            self._starved = True
-            return j
+            return ~j
         if buf[j] != self._sx.tag_end or not name:
             self._fail(call.name_code, "a name and " + self._sx.tag_end, buf[j], self._abs(j))
             return j
@@ -454,8 +469,7 @@ class Qwen3XmlParser:
         sx = self._sx
         option = sx.body.choose(buf, pos, (sx.p_open, sx.fn_close, sx.call_close, sx.call_open, sx.eos))
         if option == "":
-            self._starved = True
-            return pos
+            return ~pos
         if option == sx.p_open:
             self._call.raw.append(option)
             self._read_name(self._abs(pos + len(option)), "bad_parameter_tag", self._parameter_named)
@@ -480,8 +494,14 @@ class Qwen3XmlParser:
         self._expect(self._sx.sep, "bad_parameter_tag", self._open_value)
         return None
 
+    def _declared(self) -> tuple[frozenset[str] | None, dict[str, Mapping[str, Any]]]:
+        """Declared tool names and schemas, read on the first call (plain answers never pay)."""
+        if self._tool_info is None:
+            self._tool_info = (tool_names(self._tools), tool_schemas(self._tools))
+        return self._tool_info
+
     def _types(self, tool: str, parameter: str) -> tuple[str, ...]:
-        schema = self._schemas.get(tool)
+        schema = self._declared()[1].get(tool)
         props = schema.get("properties") if schema is not None else None
         return declared_types(props.get(parameter)) if isinstance(props, Mapping) else ()
 
@@ -499,8 +519,7 @@ class Qwen3XmlParser:
         if m is None:
             end = sx.value.safe_end(buf, pos)
             self._value_text(buf[pos:end])
-            self._starved = True
-            return end
+            return ~end
         i, tag = m.start(), m.group()
         self._value_text(buf[pos:i])
         if tag != sx.sep + sx.p_close:
@@ -509,13 +528,22 @@ class Qwen3XmlParser:
             return i
         return self._close_value(buf, i, m.end())
 
+    def _plain_value_text(self, text: str) -> None:
+        """_value_text for text that holds no marker start and nothing to escape."""
+        call = self._call
+        call.raw.append(text)
+        call.value_parts.append(text)
+        if call.value_streams:
+            self._out.append(ArgumentsDelta(call.index, text))
+
     def _value_text(self, text: str) -> None:
         if text:
             call = self._call
             call.raw.append(text)
             call.value_parts.append(text)
             if call.value_streams:
-                self._out.append(ArgumentsDelta(call.index, json.dumps(text, ensure_ascii=False)[1:-1]))
+                escaped = json.dumps(text, ensure_ascii=False)[1:-1] if _NEEDS_ESCAPE.search(text) else text
+                self._out.append(ArgumentsDelta(call.index, escaped))
 
     def _close_value(self, buf: str, i: int, end: int) -> int:
         call = self._call
@@ -540,8 +568,9 @@ class Qwen3XmlParser:
         span = (call.start, call.start + len(raw))
         candidate = ToolCallCandidate(call.call_id, call.name, call.arguments, raw, span, self._sx.fmt.name)
         self._out.append(CallEnd(call.index, candidate))
-        if self._names is not None and call.name not in self._names:
-            known = ", ".join(sorted(self._names)) or "no tools"
+        names = self._declared()[0]
+        if names is not None and call.name not in names:
+            known = ", ".join(sorted(names)) or "no tools"
             self._diagnose("unknown_tool", known, call.name, span[0], span[1], span[0])
         self._state = self._between
 
@@ -550,6 +579,28 @@ class Qwen3XmlParser:
         start = self._call.start
         self._diagnose(code, expected, got, start, max(at + len(got), start + 1), at)
         self._state = self._recover
+
+
+_FastPath = tuple[re.Pattern[str], Callable[[Qwen3XmlParser, str], None], bool]
+_FAST_PATHS: dict[str, dict[object, _FastPath]] = {}
+
+
+def _fast_paths(sx: _Syntax) -> dict[object, _FastPath]:
+    """state -> (finds a character that may start one of its markers, what the state does
+    with text that holds none, whether that text can change the result)."""
+    paths = _FAST_PATHS.get(sx.fmt.name)
+    if paths is None or paths[Qwen3XmlParser._content][0] is not sx.content.starts:
+        paths = _FAST_PATHS[sx.fmt.name] = {
+            Qwen3XmlParser._content: (sx.content.starts, Qwen3XmlParser._emit_content, True),
+            Qwen3XmlParser._reasoning: (sx.reasoning.starts, Qwen3XmlParser._emit_reasoning, True),
+            Qwen3XmlParser._value: (_plain_value_stops(sx), Qwen3XmlParser._plain_value_text, False),
+        }
+    return paths
+
+
+def _plain_value_stops(sx: _Syntax) -> re.Pattern[str]:
+    """Finds what may start a value's end marker or needs a JSON escape."""
+    return re.compile("[" + re.escape(sx.value.firsts) + _NEEDS_ESCAPE.pattern[1:-1] + "]")
 
 
 class _Call:
