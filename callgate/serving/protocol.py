@@ -10,6 +10,7 @@ Does not know: templates, engines, parsers or validators.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -241,7 +242,8 @@ def _check_tools(tools: list[ToolWire] | None, limits: Limits) -> tuple[Mapping[
 
 
 def _check_schema(schema: dict[str, Any], param: str, limits: Limits) -> None:
-    size = len(json.dumps(schema).encode())
+    canonical = json.dumps(schema, sort_keys=True)
+    size = len(canonical.encode())
     if size > limits.max_schema_bytes:
         raise InvalidRequestError(
             f"{param}: schema is {size} bytes; the limit is {limits.max_schema_bytes}", param=param
@@ -251,15 +253,23 @@ def _check_schema(schema: dict[str, Any], param: str, limits: Limits) -> None:
         raise InvalidRequestError(
             f"{param}: schema nests {depth} deep; the limit is {limits.max_schema_depth}", param=param
         )
-    try:
-        Draft202012Validator.check_schema(schema)
-    except SchemaError as exc:
-        where = "/".join(str(p) for p in exc.path)
-        raise InvalidRequestError(
-            f"{param}: not a valid JSON Schema (Draft 2020-12) at '/{where}': {exc.message}", param=param
-        ) from None
+    problem = _metaschema_problem(canonical)
+    if problem is not None:
+        raise InvalidRequestError(f"{param}: {problem}", param=param)
     if schema.get("type", "object") != "object":
         raise InvalidRequestError(f"{param}: the top-level type must be 'object'", param=param)
+
+
+@functools.lru_cache(maxsize=1024)
+def _metaschema_problem(canonical: str) -> str | None:
+    """Why a schema (canonical JSON) is not valid Draft 2020-12, or None. Cached: checking
+    against the metaschema costs ~10 ms and clients send the same tools again and again."""
+    try:
+        Draft202012Validator.check_schema(json.loads(canonical))
+    except SchemaError as exc:
+        where = "/".join(str(p) for p in exc.path)
+        return f"not a valid JSON Schema (Draft 2020-12) at '/{where}': {exc.message}"
+    return None
 
 
 def _depth(value: Any) -> int:
@@ -364,12 +374,9 @@ def _check_response_format(fmt: ResponseFormatWire | None) -> Mapping[str, Any] 
         schema = (fmt.json_schema or {}).get("schema")
         if not isinstance(schema, dict):
             raise InvalidRequestError("response_format.json_schema.schema: must be an object", param="response_format")
-        try:
-            Draft202012Validator.check_schema(schema)
-        except SchemaError as exc:
-            raise InvalidRequestError(
-                f"response_format.json_schema.schema: not a valid JSON Schema: {exc.message}", param="response_format"
-            ) from None
+        problem = _metaschema_problem(json.dumps(schema, sort_keys=True))
+        if problem is not None:
+            raise InvalidRequestError(f"response_format.json_schema.schema: {problem}", param="response_format")
     return fmt.model_dump(exclude_none=True)
 
 
