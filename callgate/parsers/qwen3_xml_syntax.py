@@ -1,0 +1,176 @@
+"""What the qwen3-xml parser derives from the format spec, and the record of one block.
+
+Knows: the markers of the qwen3-xml spec and how to find them in a buffer (first match,
+and where a partial marker may start, so a stream parser holds back at most the longest
+marker). Does not know: the grammar's states (qwen3_xml.py) or typed values.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from callgate.formats import ToolCallFormat
+
+
+@dataclass(frozen=True, slots=True)
+class Scanner:
+    """Finds the first of a set of markers; tells where a partial marker may start."""
+
+    pattern: re.Pattern[str]
+    prefixes: frozenset[str]
+    longest: int
+    firsts: str  # the distinct first characters of the markers
+    starts: re.Pattern[str]  # finds any of them
+
+    @classmethod
+    def of(cls, *markers: str) -> Scanner:
+        prefixes = frozenset(m[:k] for m in markers for k in range(1, len(m)))
+        pattern = re.compile("|".join(re.escape(m) for m in sorted(markers, key=len, reverse=True)))
+        firsts = "".join(sorted({m[0] for m in markers}))
+        starts = re.compile("[" + re.escape(firsts) + "]")
+        return cls(pattern, prefixes, max(map(len, markers)), firsts, starts)
+
+    def safe_end(self, buf: str, pos: int) -> int:
+        """The first index from which buf may be the start of a marker (len(buf) if none)."""
+        n = len(buf)
+        start = max(pos, n - self.longest + 1)
+        best = n
+        # str.find per first character: measured ~2x faster than slicing at every index
+        for ch in self.firsts:
+            i = buf.find(ch, start, best)
+            while i != -1:
+                if buf[i:] in self.prefixes:
+                    best = i
+                    break
+                i = buf.find(ch, i + 1, best)
+        return best
+
+    def choose(self, buf: str, pos: int, options: tuple[str, ...]) -> str | None:
+        """The option buf continues with at pos; "" when undecided yet; None when none."""
+        for option in options:
+            if buf.startswith(option, pos):
+                return option
+        return "" if buf[pos : pos + self.longest] in self.prefixes else None
+
+
+@dataclass(frozen=True, slots=True)
+class Syntax:
+    """Everything the machine needs from the format spec, derived once per format."""
+
+    fmt: ToolCallFormat
+    eos: str
+    sep: str
+    call_open: str
+    call_close: str
+    fn_open: str
+    fn_close: str
+    p_open: str
+    p_close: str
+    tag_end: str
+    think_open: str
+    think_close: str
+    content: Scanner
+    reasoning: Scanner
+    value: Scanner
+    body: Scanner
+    between: Scanner
+    recover: Scanner
+    stray: Scanner
+
+    @classmethod
+    def of(cls, fmt: ToolCallFormat) -> Syntax:
+        m = fmt.markers
+        sep, eos = m["separator"], fmt.eos
+        co, cc, fo, fc, po, pc = (
+            m[k]
+            for k in ("call_open", "call_close", "function_open", "function_close", "parameter_open", "parameter_close")
+        )
+        return cls(
+            fmt,
+            eos,
+            sep,
+            co,
+            cc,
+            fo,
+            fc,
+            po,
+            pc,
+            m["tag_end"],
+            m["think_open"],
+            m["think_close"],
+            content=Scanner.of(co, fo, po, pc, fc, cc, eos),
+            reasoning=Scanner.of(m["think_close"], co, eos),
+            value=Scanner.of(sep + pc, sep + po, fc, co, cc, eos),
+            body=Scanner.of(po, fc, cc, co, eos),
+            between=Scanner.of(sep + co, eos),
+            recover=Scanner.of(cc, co, eos),
+            stray=Scanner.of(co),
+        )
+
+
+_SYNTAXES: dict[str, Syntax] = {}
+
+
+def syntax_of(fmt: ToolCallFormat) -> Syntax:
+    """The derived syntax of `fmt`, built once per format."""
+    syntax = _SYNTAXES.get(fmt.name)
+    if syntax is None or syntax.fmt is not fmt:
+        syntax = _SYNTAXES[fmt.name] = Syntax.of(fmt)
+    return syntax
+
+
+class Call:
+    """The block being read. Mutable on purpose: it lives only while its block is read."""
+
+    __slots__ = (
+        "arguments",
+        "call_id",
+        "index",
+        "literal",
+        "literal_code",
+        "literal_then",
+        "name",
+        "name_code",
+        "name_parts",
+        "name_start",
+        "name_then",
+        "raw",
+        "start",
+        "value_name",
+        "value_parts",
+        "value_start",
+        "value_streams",
+        "value_types",
+    )
+
+    def __init__(self, start: int) -> None:
+        self.start = start
+        self.raw: list[str] = []
+        self.name = ""
+        self.index = -1
+        self.call_id = ""
+        self.arguments: dict[str, Any] = {}
+        self.literal = ""
+        self.literal_code = ""
+        self.literal_then: Callable[[int], None] = _nothing
+        self.name_code = ""
+        self.name_parts: list[str] = []
+        self.name_start = 0
+        self.name_then: Callable[[str], str | None] = _no_error
+        self.value_name: str | None = None
+        self.value_parts: list[str] = []
+        self.value_types: tuple[str, ...] = ()
+        self.value_start = 0
+        self.value_streams = True
+
+
+def _nothing(at: int) -> None:
+    del at
+
+
+def _no_error(name: str) -> str | None:
+    del name
+    return None
