@@ -1,8 +1,7 @@
 """The strict incremental parser of the qwen3-xml family (Qwen3-Coder XML tool calls).
 
 Knows: the completion grammar of golden/qwen3-xml/FORMAT.md section 6, spelled with the
-markers of the format spec. Does not know:
-templates, engines, HTTP.
+markers of the format spec. Does not know: templates, engines, HTTP.
 
     [<think> reasoning </think>] content (<tool_call>\\n<function=NAME>\\n
         (<parameter=P>\\nVALUE\\n</parameter>\\n)* </function>\\n</tool_call>)  joined by \\n
