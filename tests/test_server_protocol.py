@@ -100,6 +100,8 @@ def test_tools_default_tool_choice_to_auto() -> None:
         ({"messages": [{"role": "user", "content": "x"}], "max_tokens": 0}, "max_tokens", ""),
         ({"messages": [{"role": "user", "content": "x"}], "n": 2}, "n", "n=1"),
         ({"messages": [{"role": "user", "content": "x"}], "stream": "yes"}, "stream", ""),
+        ({"messages": [{"role": "user", "content": "x"}], "seed": 2**70}, "seed", ""),
+        ({"messages": [{"role": "user", "content": "x"}], "top_p": 0}, "top_p", ""),
         ({"messages": [{"role": "user"}]}, "messages.0.content", "needs content"),
         (
             {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]},
@@ -117,7 +119,11 @@ def test_wrong_fields_name_the_field(body: dict[str, Any], param: str, fragment:
 
 def test_malformed_json_and_non_object() -> None:
     assert _error(b'{"messages": [').code == "invalid_json"
+    assert _error(b"\xff\xfe").code == "invalid_json"
+    assert _error(b"").code == "invalid_json"
+    assert _error(b'{"messages": ' + b"[" * 5000 + b"]" * 5000 + b"}").code == "invalid_json"
     assert "JSON object" in _error(b"[1, 2]").message
+    assert "JSON object" in _error(b"null").message
 
 
 def test_invalid_tool_schema_is_rejected_with_its_location() -> None:
