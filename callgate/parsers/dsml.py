@@ -57,8 +57,9 @@ class DsmlParser:
         self._fmt = fmt
         self._names = tool_names(tools)
         self._call_ids = call_ids
-        self._trigger = m["call_prefix"] + "<" + m["dsml"]  # "\n\n<｜DSML｜", then the block name
-        self._glued = "<" + m["dsml"]
+        # "\n\n<｜DSML｜": the call trigger up to the block name (a wrong name is then an error)
+        self._trigger = fmt.call_trigger[: fmt.call_trigger.index(m["dsml"]) + len(m["dsml"])]
+        self._glued = self._trigger.removeprefix(m["call_prefix"])
         think = (fmt.reasoning_open or "<think>", fmt.reasoning_close or "</think>")
         common = (self._trigger, self._glued, m["dsml"], fmt.eos, fmt.bos, think[0])
         self._markers = MarkerSet((*common, think[1]))

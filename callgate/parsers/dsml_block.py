@@ -138,7 +138,7 @@ class BlockReader:
         """state -> its literal alternatives, each with the next state or an action name."""
         m, end = self._m, self._tag_end
         return {
-            _S.OPEN: ((m["block"] + ">\n", _S.FIRST_INVOKE),),
+            _S.OPEN: ((m["block_open"].split(m["dsml"], 1)[1] + "\n", _S.FIRST_INVOKE),),
             _S.FIRST_INVOKE: ((m["invoke_open"], "open_invoke"),),
             _S.NAME_END: ((end + "\n", "start_call"),),
             _S.PARAMS: ((m["param_open"], _S.KEY), ("\n", _S.EMPTY_CLOSE)),
