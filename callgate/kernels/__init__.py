@@ -19,6 +19,10 @@ backend module is imported on first use, so this package loads without triton.
 
 from __future__ import annotations
 
+import functools
+import importlib.util
+from collections.abc import Callable
+
 import torch
 
 from callgate.kernels.launcher import MaskCall, Rows, check_call
@@ -29,40 +33,26 @@ __all__ = ["apply_token_bitmask", "backend_for"]
 def apply_token_bitmask(logits: torch.Tensor, bitmask: torch.Tensor, indices: Rows = None) -> None:
     """Set the logits of disallowed tokens to -inf in place (contract above)."""
     call = check_call(logits, bitmask, indices)
-    backend = backend_for(call.logits.device)
-    if backend == "triton":
-        from callgate.kernels import triton_kernel
-
-        triton_kernel.apply_checked(call)
-    elif backend == "cpu":
-        from callgate.kernels import cpu
-
-        cpu.apply_checked(call)
-    else:
-        _reference(call)
+    _backend(call.logits.device.type)[1](call)
 
 
 def backend_for(device: torch.device) -> str:
     """Name of the backend used for tensors on `device`: "triton", "cpu" or "reference"."""
-    if device.type == "cuda" and _triton_available():
-        return "triton"
-    if device.type == "cpu":
+    return _backend(device.type)[0]
+
+
+@functools.cache
+def _backend(device_type: str) -> tuple[str, Callable[[MaskCall], None]]:
+    # Resolved once per device type: the choice costs microseconds, a CPU call about three.
+    if device_type == "cuda" and importlib.util.find_spec("triton") is not None:
+        from callgate.kernels import triton_kernel
+
+        return "triton", triton_kernel.apply_checked
+    if device_type == "cpu":
         from callgate.kernels import cpu
 
         if cpu.available():
-            return "cpu"
-    return "reference"
-
-
-def _triton_available() -> bool:
-    try:
-        import triton  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-def _reference(call: MaskCall) -> None:
+            return "cpu", cpu.apply_checked
     from callgate.kernels import reference
 
-    reference.apply_checked(call)
+    return "reference", reference.apply_checked

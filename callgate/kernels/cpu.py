@@ -21,6 +21,7 @@ import shutil
 import subprocess
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -85,17 +86,16 @@ def available() -> bool:
 
 def apply_checked(call: MaskCall) -> None:
     """Mask an already-checked CPU call in place. Raises CpuKernelUnavailable."""
-    fn = getattr(_library(), _SYMBOLS[call.logits.dtype])
-    rows = call.rows
-    fn(
-        ctypes.c_void_p(call.logits.data_ptr()),
-        ctypes.c_int64(call.logits.stride(0)),
-        ctypes.c_void_p(call.bitmask.data_ptr()),
-        ctypes.c_int64(call.bitmask.stride(0)),
-        ctypes.c_void_p(None if rows is None else rows.data_ptr()),
-        ctypes.c_int64(call.n_rows),
-        ctypes.c_int64(call.vocab),
-        ctypes.c_int64(call.n_words),
+    logits, bitmask, rows = call.logits, call.bitmask, call.rows
+    _functions()[logits.dtype](
+        logits.data_ptr(),
+        logits.stride(0),
+        bitmask.data_ptr(),
+        bitmask.stride(0),
+        None if rows is None else rows.data_ptr(),
+        logits.shape[0] if rows is None else rows.numel(),
+        logits.shape[1],
+        bitmask.shape[1],
     )
 
 
@@ -120,9 +120,20 @@ def _library() -> ctypes.CDLL:
             raise CpuKernelUnavailable(f"{compiler} failed: {errors[-1]}")
         # dlopen maps the file; deleting the directory afterwards leaves the mapping valid.
         library = ctypes.CDLL(str(lib))
-    for name in _SYMBOLS.values():
-        getattr(library, name).restype = None
     return library
+
+
+@functools.cache
+def _functions() -> dict[torch.dtype, Any]:
+    # argtypes let ctypes take plain ints: about a microsecond less per call than wrapping.
+    ptr, i64 = ctypes.c_void_p, ctypes.c_int64
+    table: dict[torch.dtype, Any] = {}
+    for dtype, name in _SYMBOLS.items():
+        fn = getattr(_library(), name)
+        fn.argtypes = (ptr, i64, ptr, i64, ptr, i64, i64, i64)
+        fn.restype = None
+        table[dtype] = fn
+    return table
 
 
 def _build(compiler: str, flags: tuple[str, ...], src: Path, lib: Path) -> str:
