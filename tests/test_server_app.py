@@ -163,7 +163,7 @@ async def test_tool_call_is_validated_and_returned(make_harness: Any) -> None:
         MODEL,
     )
     assert envelope.schema == WEATHER["function"]["parameters"]  # type: ignore[index]
-    assert len(envelope.idempotency_key) == 64
+    assert len(envelope.idempotency_key) == 64 and envelope.strict is False
     assert "get_weather" in h.engine.requests[0].prompt
 
 
@@ -368,6 +368,7 @@ async def test_models_health_and_metrics(make_harness: Any) -> None:
     assert 'callgate_requests_total{route="/v1/chat/completions",status="502"} 1.0' in text
     assert "callgate_time_to_first_token_seconds_count 2.0" in text
     assert "callgate_completion_tokens_total" in text and "callgate_queue_depth 0.0" in text
+    assert "callgate_engine_running 0.0" in text
     assert 'callgate_parse_diagnostics_total{code="' in text
 
 

@@ -220,3 +220,16 @@ def test_usage_only_chunk_has_empty_choices() -> None:
     chunk = chunk_dict(completion_id="c", created=1, model="m", delta=None, usage={"total_tokens": 3})
     assert chunk["choices"] == [] and chunk["usage"] == {"total_tokens": 3}
     assert chunk["object"] == "chat.completion.chunk"
+
+
+def test_strict_tools_are_known_by_name() -> None:
+    strict = {"type": "function", "function": {"name": "s", "strict": True, "parameters": {"type": "object"}}}
+    bare = {"type": "function", "function": {"name": "b"}}
+    req = _parse({"messages": [{"role": "user", "content": "x"}], "tools": [strict, bare, WEATHER]})
+    assert (req.is_strict("s"), req.is_strict("b"), req.is_strict("get_weather"), req.is_strict("zz")) == (
+        True,
+        False,
+        False,
+        False,
+    )
+    assert req.schema_of("b") == {"type": "object", "properties": {}}

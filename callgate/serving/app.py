@@ -37,6 +37,7 @@ def create_app(settings: Settings, *, engine: Engine, validator: Validator | Non
     """The server app. `validator` defaults to the HTTP validator at `settings.validator_url`
     when set, else the built-in JSON-Schema validator. The engine is shut down with the app."""
     metrics = Metrics()
+    metrics.track_running(engine.num_running)
     service = ChatService(settings, engine, validator or default_validator(settings), metrics)
 
     @asynccontextmanager

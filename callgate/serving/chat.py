@@ -622,6 +622,7 @@ class ValidationEnvelope:
     schema: Mapping[str, Any] | None  # None: the tool is not declared in the request
     constrained: bool
     idempotency_key: str
+    strict: bool = False  # the tool was declared `strict: true` (no unknown fields anywhere)
 
 
 def idempotency_key(request_id: str, call_id: str, arguments: Mapping[str, Any]) -> str:
@@ -655,6 +656,7 @@ async def validate_all(
             schema=req.schema_of(c.name),
             constrained=constrained,
             idempotency_key=idempotency_key(request_id, c.call_id, c.arguments),
+            strict=req.is_strict(c.name),
         )
         return await validator.validate(envelope)
 

@@ -9,6 +9,8 @@ Does not know: HTTP routes or the chat flow; callers report facts through small 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
@@ -39,6 +41,10 @@ class Metrics:
         self._diagnostics = Counter("callgate_parse_diagnostics", "Parser diagnostics by code", ["code"], registry=r)
         self._verdicts = Counter("callgate_verdicts", "Validator verdicts", ["verdict"], registry=r)
         self._repairs = Counter("callgate_repair_rounds", "Repair rounds run", registry=r)
+
+    def track_running(self, running: Callable[[], int]) -> None:
+        """Export the engine's running-request count, read at scrape time."""
+        Gauge("callgate_engine_running", "Requests running in the engine", registry=self.registry).set_function(running)
 
     def request(self, route: str, status: int) -> None:
         self._requests.labels(route=route, status=str(status)).inc()

@@ -148,14 +148,26 @@ class ChatRequest:
     reasoning_effort: str | None
     thinking: bool
 
+    def function_of(self, name: str) -> Mapping[str, Any] | None:
+        """The declared `function` object of tool `name`; None when no such tool is declared."""
+        for tool in self.tools or ():
+            fn: Mapping[str, Any] = tool["function"]
+            if fn["name"] == name:
+                return fn
+        return None
+
     def schema_of(self, name: str) -> Mapping[str, Any] | None:
         """The declared `parameters` of tool `name`; None when no such tool is declared."""
-        for tool in self.tools or ():
-            fn = tool["function"]
-            if fn["name"] == name:
-                params: Mapping[str, Any] = fn.get("parameters") or {"type": "object", "properties": {}}
-                return params
-        return None
+        fn = self.function_of(name)
+        if fn is None:
+            return None
+        params: Mapping[str, Any] = fn.get("parameters") or {"type": "object", "properties": {}}
+        return params
+
+    def is_strict(self, name: str) -> bool:
+        """Whether tool `name` was declared with OpenAI's `strict: true`."""
+        fn = self.function_of(name)
+        return bool(fn and fn.get("strict"))
 
 
 def parse_chat_request(body: bytes, limits: Limits) -> ChatRequest:
