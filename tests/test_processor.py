@@ -228,3 +228,7 @@ def test_sampling_under_the_mask_only_produces_grammar_text(regex: str, seed: in
         assert re.fullmatch(regex, text), text
     else:
         assert any(re.fullmatch(regex, text + tail) for tail in ("x", "bx", "}", "ab", "abx", "b")), text
+
+
+def test_the_mask_backend_is_chosen_when_the_batch_is_built() -> None:
+    assert new_batch().backend == "cpu"

@@ -41,7 +41,7 @@ import outlines_core
 import torch
 
 from callgate.constraints.cache import TokenVocabulary, get_index, token_vocabulary
-from callgate.kernels import apply_token_bitmask
+from callgate.kernels import apply_token_bitmask, backend_for
 
 log = logging.getLogger("callgate.constraints.processor")
 
@@ -248,6 +248,8 @@ class ConstrainedBatch:
         self.rows: dict[int, Row] = {}
         self.buffer = MaskBuffer(self.device, is_pin_memory)
         self.timings = MaskTimings()
+        # Choosing the backend builds the CPU kernel: at engine start, not in the first step.
+        self.backend = backend_for(self.device)
 
     def load_tokens(self) -> TokenTable:
         """The served model's tokens. Default: the tokenizer folder named in vllm_config.
