@@ -90,6 +90,7 @@ def write_atomically(target: Path, write: Callable[[Path], None]) -> Path:
     try:
         write(tmp)
         (tmp / COMPLETE_MARKER).write_text("ok\n", encoding="utf-8")
+        tmp.chmod(0o755)  # mkdtemp makes it private; the published folder is an ordinary one
         _replace_incomplete(target)
         os.rename(tmp, target)
     except OSError:

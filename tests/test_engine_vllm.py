@@ -1,0 +1,142 @@
+"""VllmEngine's pieces that need no model: output mapping, arguments, environment, the adapter."""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import AsyncGenerator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from callgate.serving import vllm_engine
+from callgate.serving.engine import EngineConfig, TokenDelta
+
+
+@dataclass
+class FakeCompletion:
+    text: str
+    token_ids: list[int]
+    finish_reason: str | None = None
+
+
+@dataclass
+class FakeRequestOutput:
+    outputs: list[FakeCompletion]
+    finished: bool = False
+    num_cached_tokens: int | None = None
+
+
+@dataclass
+class FakeStream:
+    items: list[FakeRequestOutput]
+    closed: bool = False
+    consumed: int = field(default=0)
+
+    async def run(self) -> AsyncGenerator[FakeRequestOutput, None]:
+        try:
+            for item in self.items:
+                self.consumed += 1
+                yield item
+        finally:
+            self.closed = True
+
+
+async def deltas(items: list[FakeRequestOutput], n_prompt: int = 7) -> list[TokenDelta]:
+    return [d async for d in vllm_engine._deltas(FakeStream(items).run(), n_prompt)]
+
+
+async def test_delta_outputs_become_token_deltas_with_cumulative_counts() -> None:
+    out = await deltas(
+        [
+            FakeRequestOutput([FakeCompletion("Hel", [1, 2])], num_cached_tokens=0),
+            FakeRequestOutput([FakeCompletion("lo", [3])], num_cached_tokens=0),
+            FakeRequestOutput([FakeCompletion("", [9], "stop")], finished=True, num_cached_tokens=None),
+        ]
+    )
+    assert [d.text for d in out] == ["Hel", "lo", ""]
+    assert [d.completion_tokens for d in out] == [2, 3, 4]
+    assert [d.finish_reason for d in out] == [None, None, "stop"]
+    assert out[-1].token_ids == (9,)
+    assert all(d.prompt_tokens == 7 for d in out)
+    assert out[-1].cached_tokens == 0
+
+
+async def test_cached_tokens_are_reported() -> None:
+    out = await deltas([FakeRequestOutput([FakeCompletion("x", [1], "length")], True, num_cached_tokens=128)])
+    assert out[-1].cached_tokens == 128
+    assert out[-1].finish_reason == "length"
+
+
+async def test_a_stream_cut_short_ends_with_abort() -> None:
+    out = await deltas([FakeRequestOutput([FakeCompletion("x", [1])])])
+    assert [d.finish_reason for d in out] == [None, "abort"]
+
+
+async def test_nothing_is_read_after_the_finished_output() -> None:
+    stream = FakeStream(
+        [
+            FakeRequestOutput([FakeCompletion("a", [1], "stop")], finished=True),
+            FakeRequestOutput([FakeCompletion("b", [2])]),
+        ]
+    )
+    out = [d async for d in vllm_engine._deltas(stream.run(), 1)]
+    assert [d.text for d in out] == ["a"]
+    assert stream.consumed == 1
+
+
+@dataclass(frozen=True)
+class Ref:
+    key: str
+    regex: str
+    mode: str
+    trigger: str | None = None
+
+
+class PlainRef:
+    key = "k"
+    regex = "a+"
+
+
+def test_constraint_args_carry_every_field_of_the_ref() -> None:
+    assert vllm_engine.constraint_args(Ref("k", "a+", "auto", "<tool_call>")) == {
+        "key": "k",
+        "regex": "a+",
+        "mode": "auto",
+        "trigger": "<tool_call>",
+    }
+    assert vllm_engine.constraint_args(PlainRef()) == {"key": "k", "regex": "a+"}
+
+
+def test_engine_arguments_pass_config_through() -> None:
+    config = EngineConfig(
+        model="/m", served_model_name="smol", max_model_len=1024, tensor_parallel_size=2, pipeline_parallel_size=3
+    )
+    args = vllm_engine.engine_arguments(config)
+    assert args["model"] == args["tokenizer"] == "/m"
+    assert args["enable_prefix_caching"] is True
+    assert (args["tensor_parallel_size"], args["pipeline_parallel_size"], args["max_model_len"]) == (2, 3, 1024)
+
+
+def test_environment_from_config() -> None:
+    env = vllm_engine.environment(EngineConfig(model="/m", served_model_name="m", kv_cache_space_gib=2, cpu_threads=4))
+    assert env == {"VLLM_CPU_KVCACHE_SPACE": "2", "VLLM_CPU_NUM_OF_RESERVED_CPU": "0", "OMP_NUM_THREADS": "4"}
+    assert "OMP_NUM_THREADS" not in vllm_engine.environment(EngineConfig(model="/m", served_model_name="m"))
+
+
+@pytest.mark.slow
+def test_logits_processor_adapter_is_a_vllm_processor_and_pickles_by_name() -> None:
+    pytest.importorskip("vllm")
+    from vllm.v1.sample.logits_processor import LogitsProcessor
+
+    from callgate.constraints.processor import ConstrainedBatch
+
+    cls: Any = vllm_engine.CallgateLogitsProcessor
+    assert issubclass(cls, LogitsProcessor) and issubclass(cls, ConstrainedBatch)
+    assert pickle.loads(pickle.dumps(cls)) is cls  # vLLM's engine core process finds it by name
+    assert vllm_engine.logits_processor_classes() == [cls]
+
+
+def test_unknown_module_attribute_raises() -> None:
+    with pytest.raises(AttributeError):
+        vllm_engine.NoSuchThing  # noqa: B018
