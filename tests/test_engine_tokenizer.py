@@ -6,6 +6,7 @@ Hermetic: a tiny byte-level BPE tokenizer with ChatML specials is trained in the
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import outlines_core
 import pytest
@@ -30,7 +31,8 @@ def tokenizer(tmp_path_factory: pytest.TempPathFactory) -> HfTokenizer:
         vocab_size=400, special_tokens=SPECIALS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
     )
     tok.train_from_iterator(CORPUS, trainer)
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", bos_token="<|im_start|>")
+    factory: Any = PreTrainedTokenizerFast  # untyped constructor
+    fast = factory(tokenizer_object=tok, eos_token="<|im_end|>", bos_token="<|im_start|>")
     folder: Path = tmp_path_factory.mktemp("tok")
     fast.save_pretrained(folder)
     return HfTokenizer(folder)
