@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -212,6 +212,34 @@ def mask_time_summary() -> dict[str, float]:
     return STEP_TIMINGS.summary()
 
 
+class StateMasks:
+    """Bitmask rows by (grammar key, guide state, width), least recently used first out.
+
+    A state's mask is a pure function of the state, and filling one from the guide costs
+    up to hundreds of microseconds where most of a large vocabulary is allowed (inside a
+    JSON string); copying a cached row costs about one. Bounded by `budget_bytes`."""
+
+    def __init__(self, budget_bytes: int = 64 << 20) -> None:
+        self.budget_bytes = budget_bytes
+        self.entries: OrderedDict[tuple[str, int, int], torch.Tensor] = OrderedDict()
+        self.used_bytes = 0
+
+    def fill(self, key: str, guide: Any, target: torch.Tensor) -> None:
+        """Write the mask of `guide`'s current state into the int32 row `target`."""
+        slot = (key, int(guide.get_state()), target.numel())
+        cached = self.entries.get(slot)
+        if cached is not None:
+            self.entries.move_to_end(slot)
+            target.copy_(cached)
+            return
+        guide.write_mask_into(target.data_ptr(), target.numel(), 4)
+        self.entries[slot] = target.clone()
+        self.used_bytes += target.numel() * 4
+        while self.used_bytes > self.budget_bytes and self.entries:
+            _, evicted = self.entries.popitem(last=False)
+            self.used_bytes -= evicted.numel() * 4
+
+
 class MaskBuffer:
     """The host bitmask (pinned when copying to a GPU) and its device twin, grown on demand."""
 
@@ -248,6 +276,7 @@ class ConstrainedBatch:
         self.rows: dict[int, Row] = {}
         self.buffer = MaskBuffer(self.device, is_pin_memory)
         self.timings = MaskTimings()
+        self.masks = StateMasks()
         # Choosing the backend builds the CPU kernel: at engine start, not in the first step.
         self.backend = backend_for(self.device)
 
@@ -301,15 +330,22 @@ class ConstrainedBatch:
         n_rows = logits.shape[0]
         active = sorted(i for i, row in self.rows.items() if i < n_rows and row.catch_up(self.tokens))
         if active:
-            host = self.buffer.rows(n_rows, (logits.shape[1] + 31) // 32)
-            for i in active:
-                mask_row = host[i]
-                self.rows[i].guide.write_mask_into(mask_row.data_ptr(), mask_row.numel(), 4)
-            apply_token_bitmask(logits, self.buffer.for_kernel(n_rows), active)
+            apply_token_bitmask(logits, self._masks_for(logits, active), active)
         elapsed = time.perf_counter_ns() - start
         self.timings.record(elapsed, len(active))
         STEP_TIMINGS.record(elapsed, len(active))
         return logits
+
+    def _masks_for(self, logits: torch.Tensor, active: list[int]) -> torch.Tensor:
+        """The bitmask (on the logits' device) with the rows of `active` filled in."""
+        n_rows, width = logits.shape
+        if width < self.tokens.vocabulary.size:
+            # outlines-core would write bits past the row: a wrong tokenizer, not bad output.
+            raise ValueError(f"logits have {width} columns but the vocabulary has {self.tokens.vocabulary.size} ids")
+        host = self.buffer.rows(n_rows, (width + 31) // 32)
+        for i in active:
+            self.masks.fill(self.rows[i].spec.key, self.rows[i].guide, host[i])
+        return self.buffer.for_kernel(n_rows)
 
     @property
     def failed_rows(self) -> list[int]:
