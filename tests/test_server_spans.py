@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from callgate.serving.app import create_app
-from callgate.serving.chat import untrusted_spans
 from callgate.serving.fake_engine import FakeEngine, FakeTokenizer
+from callgate.serving.prompt import untrusted_spans
 from callgate.templates import render
 from tests.test_server_app import ASK, WEATHER, SchemaCheck, make_settings
 

@@ -22,8 +22,9 @@ from jsonschema import Draft202012Validator
 from starlette.exceptions import HTTPException
 
 from callgate.errors import AuthenticationError, CallgateError
-from callgate.serving.chat import ChatFailure, ChatService, Validator
+from callgate.serving.chat import ChatFailure, ChatService
 from callgate.serving.engine import Engine
+from callgate.serving.handoff import Validator
 from callgate.serving.metrics import Metrics
 from callgate.serving.routes import build_router
 from callgate.serving.settings import Settings

@@ -1,8 +1,8 @@
 """The chat service: one validated chat request -> an OpenAI response or SSE stream.
 
-Knows: the order of work — admission, render (templates), count and bound the prompt,
-constrain (constraints), generate (Engine), parse (parsers), hand every candidate to the
-validator, run bounded repair rounds, answer — and which failures become which errors.
+Knows: the order of work — admission, prompt (prompt.py), constraint (constraints),
+generation (Engine), parsing (parsers), the validator handoff and bounded repair rounds
+(handoff.py), the answer — and which failures become which errors.
 Does not know: the web framework, pydantic, vllm, or any format's syntax.
 
 Policy:
@@ -23,32 +23,34 @@ Policy:
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import hashlib
 import importlib
-import json
 import logging
-import re
 import secrets
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import anyio
 
-from callgate import parsers, templates
-from callgate.errors import (
-    CallgateError,
-    InvalidRequestError,
-    ModelOutputError,
-    RateLimitError,
-    ToolCallRejectedError,
-)
+from callgate import parsers
+from callgate.errors import CallgateError, ModelOutputError, RateLimitError, ToolCallRejectedError
 from callgate.serving import sse
 from callgate.serving.engine import ConstraintRef, Engine, GenerationRequest, SamplingParams
+from callgate.serving.handoff import (
+    ADVISORY_CODES,
+    Validator,
+    Verdict,
+    choice_violation,
+    fatal,
+    final_arguments,
+    repair_messages,
+    validate_all,
+    verdict_dict,
+)
 from callgate.serving.metrics import Metrics
+from callgate.serving.prompt import Prompt, build_prompt
 from callgate.serving.protocol import (
     ChatRequest,
     candidate_dict,
@@ -59,18 +61,7 @@ from callgate.serving.protocol import (
     usage_dict,
 )
 from callgate.serving.settings import Settings
-from callgate.types import (
-    Diagnostic,
-    DiagnosticEvent,
-    Event,
-    ParseResult,
-    ReasoningDelta,
-    TextDelta,
-    ToolCallCandidate,
-    arguments_json,
-)
-
-ADVISORY_CODES = frozenset({"unknown_tool"})
+from callgate.types import DiagnosticEvent, Event, ParseResult, ReasoningDelta, TextDelta, arguments_json
 
 log = logging.getLogger("callgate.chat")
 
@@ -124,15 +115,6 @@ class _Usage:
         return usage_dict(self.prompt, self.completion, self.cached)
 
 
-@dataclass(frozen=True, slots=True)
-class _Prompt:
-    text: str
-    tokens: int
-    max_tokens: int
-    messages: int  # how many messages were rendered
-    spans: tuple[tuple[int, int], ...]  # user and tool content: special-token text there stays text
-
-
 @dataclass(slots=True)
 class _Round:
     """One generation: its parse result, finish reason and verdicts once known."""
@@ -162,7 +144,7 @@ class _Turn:
         self.usage = _Usage()
         self.rounds: list[_Round] = []
         self.messages: list[Mapping[str, Any]] = list(req.messages)
-        self.prompt: _Prompt | None = None
+        self.prompt: Prompt | None = None
         self._closed = False
 
     @property
@@ -320,36 +302,17 @@ class ChatService:
                 if not finished:
                     await self.engine.abort(request_id)
 
-    async def _prompt(self, turn: _Turn) -> _Prompt:
-        """The rendered, counted prompt of the turn's current messages (cached per round)."""
-        if turn.prompt is not None and turn.prompt.messages == len(turn.messages):
-            return turn.prompt
-        req = turn.req
-        tools = None if req.tool_choice == "none" else req.tools
-
-        def render(messages: Sequence[Mapping[str, Any]]) -> str:
-            return templates.render(
-                self.settings.format, messages, tools, thinking=req.thinking, reasoning_effort=req.reasoning_effort
+    async def _prompt(self, turn: _Turn) -> Prompt:
+        """The prompt of the turn's current messages (built once per round)."""
+        if turn.prompt is None or turn.prompt.messages != len(turn.messages):
+            turn.prompt = build_prompt(
+                self.settings.format,
+                turn.req,
+                turn.messages,
+                self.engine.tokenizer,
+                self.engine.max_model_len,
+                self.settings.limits.default_max_tokens,
             )
-
-        text = render(turn.messages)
-        spans = untrusted_spans(render, turn.messages, text)
-        n = len(self.engine.tokenizer.encode(text, spans))
-        context = self.engine.max_model_len
-        if n >= context:
-            raise InvalidRequestError(
-                f"messages: the prompt is {n} tokens; the model's context is {context} tokens",
-                param="messages",
-                code="context_length_exceeded",
-            )
-        if req.max_tokens is not None and n + req.max_tokens > context:
-            raise InvalidRequestError(
-                f"max_tokens: {req.max_tokens} + a {n}-token prompt exceed the model's context of {context} tokens",
-                param="max_tokens",
-                code="context_length_exceeded",
-            )
-        max_tokens = req.max_tokens or min(self.settings.limits.default_max_tokens, context - n)
-        turn.prompt = _Prompt(text, n, max_tokens, len(turn.messages), spans)
         return turn.prompt
 
     async def _constraint(self, req: ChatRequest) -> ConstraintRef | None:
@@ -381,11 +344,11 @@ class ChatService:
         assert rnd.result is not None
         for d in rnd.result.diagnostics:
             self.metrics.diagnostic(d.code)
-        fatal = _fatal(rnd.result.diagnostics)
-        if fatal is not None:
-            error = ModelOutputError(f"model output is not a well-formed call: {fatal.message}", code=fatal.code)
+        broken = fatal(rnd.result.diagnostics)
+        if broken is not None:
+            error = ModelOutputError(f"model output is not a well-formed call: {broken.message}", code=broken.code)
             raise ChatFailure(error, {**turn.callgate_block(), "raw": _raw_output(rnd.result)})
-        violation = _choice_violation(turn.req, rnd.result)
+        violation = choice_violation(turn.req, rnd.result)
         if violation is not None:
             self.metrics.diagnostic(violation.code)
             block = turn.callgate_block()
@@ -500,202 +463,9 @@ def _visible_deltas(batch: list[Event]) -> list[dict[str, Any]]:
     return out
 
 
-def _fatal(diagnostics: Sequence[Diagnostic]) -> Diagnostic | None:
-    return next((d for d in diagnostics if d.code not in ADVISORY_CODES), None)
-
-
-def _choice_violation(req: ChatRequest, result: ParseResult) -> Diagnostic | None:
-    """What the grammar guarantees, checked again (it may be off): tool_choice `required` or
-    named needs a call, named allows only that tool, parallel_tool_calls=false at most one."""
-    calls = result.candidates
-    forced = req.tool_choice == "required" or isinstance(req.tool_choice, Mapping)
-    if forced and not calls:
-        return Diagnostic("missing_tool_call", "expected a tool call (tool_choice requires one), got none", (0, 0))
-    if isinstance(req.tool_choice, Mapping):
-        wanted = req.tool_choice["function"]["name"]
-        for c in calls:
-            if c.name != wanted:
-                return Diagnostic(
-                    "wrong_tool", f"expected a call to {wanted!r}, got {c.name!r} at offset {c.span[0]}", c.span
-                )
-    if not req.parallel_tool_calls and len(calls) > 1:
-        message = f"expected one call (parallel_tool_calls is false), got {len(calls)} at offset {calls[1].span[0]}"
-        return Diagnostic("too_many_calls", message, calls[1].span)
-    return None
-
-
 def _raw_output(result: ParseResult) -> dict[str, Any]:
     return {"content": result.content, "reasoning": result.reasoning, "calls": [c.raw for c in result.candidates]}
 
 
 def _finish(reason: str) -> str:
     return reason if reason in ("stop", "length") else "stop"
-
-
-# ---- untrusted content in the prompt ------------------------------------------------------
-
-_UNTRUSTED_ROLES = frozenset({"user", "tool"})
-_PLACEHOLDER = re.compile("\ue000(\\d+)\ue001")  # private-use marks: no template treats them specially
-
-
-def untrusted_spans(
-    render: Callable[[Sequence[Mapping[str, Any]]], str], messages: Sequence[Mapping[str, Any]], prompt: str
-) -> tuple[tuple[int, int], ...]:
-    """[start, end) spans of user and tool contents in `prompt`, found without format knowledge.
-
-    The conversation is rendered again with each such content replaced by a placeholder; the
-    text between placeholders is structure, which must appear in `prompt` in order. A content
-    the template copied verbatim spans exactly its own length; one the template rewrote
-    (neutralised control tokens) spans up to the next structure. Where the two renders cannot
-    be aligned, no spans are returned (the templates' own neutralisation still applies).
-    """
-    contents = {
-        i: m["content"] for i, m in enumerate(messages) if m.get("role") in _UNTRUSTED_ROLES and m.get("content")
-    }
-    if not contents:
-        return ()
-    masked = [{**m, "content": f"\ue000{i}\ue001"} if i in contents else m for i, m in enumerate(messages)]
-    parts = _PLACEHOLDER.split(render(masked))  # structure, index, structure, index, ..., structure
-    if not prompt.startswith(parts[0]):
-        return ()
-    spans: list[tuple[int, int]] = []
-    pos = len(parts[0])
-    for k in range(1, len(parts), 2):
-        content, after, last = contents.get(int(parts[k]), ""), parts[k + 1], k + 2 >= len(parts)
-        end = _content_end(prompt, pos, content, after, last)
-        if end < pos:
-            return ()
-        spans.append((pos, end))
-        pos = end + len(after)
-    return tuple(spans) if pos == len(prompt) else ()
-
-
-def _content_end(prompt: str, pos: int, content: str, after: str, last: bool) -> int:
-    """Where the content starting at `pos` ends: verbatim, or up to the structure after it
-    (which a neutralised content cannot contain); -1 when neither fits."""
-    if prompt.startswith(content + after, pos) and (not last or pos + len(content + after) == len(prompt)):
-        return pos + len(content)
-    if last:
-        return len(prompt) - len(after) if prompt.endswith(after) else -1
-    return prompt.find(after, pos) if after else -1
-
-
-# ---- the validator seam -------------------------------------------------------------------
-# Structural views of callgate.serving.validation's ValidationRequest / Verdict / Validator
-# (see the seams): any object with these fields and methods takes part.
-
-
-class Verdict(Protocol):
-    @property
-    def verdict(self) -> str: ...  # "accepted" | "rejected"
-
-    @property
-    def arguments(self) -> Mapping[str, Any] | None: ...  # normalised arguments, when accepted
-
-    @property
-    def errors(self) -> Sequence[Mapping[str, Any]]: ...  # [{path, message}], when rejected
-
-    @property
-    def retryable(self) -> bool: ...
-
-    @property
-    def validator(self) -> str: ...
-
-
-class Validator(Protocol):
-    """Raises ValidatorUnavailableError (503) when it cannot reach a verdict."""
-
-    async def validate(self, req: Any) -> Verdict: ...
-
-
-@dataclass(frozen=True, slots=True)
-class ValidationEnvelope:
-    """What the validator gets for one candidate (field names per the seam)."""
-
-    request_id: str
-    call_id: str
-    tool: str
-    arguments: dict[str, Any]
-    raw: str
-    format: str
-    model: str
-    schema: Mapping[str, Any] | None  # None: the tool is not declared in the request
-    constrained: bool
-    idempotency_key: str
-    strict: bool = False  # the tool was declared `strict: true` (no unknown fields anywhere)
-
-
-def idempotency_key(request_id: str, call_id: str, arguments: Mapping[str, Any]) -> str:
-    """sha256 over the request id, call id and canonical arguments: a retry repeats it."""
-    canonical = json.dumps(arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256("\x00".join((request_id, call_id, canonical)).encode()).hexdigest()
-
-
-async def validate_all(
-    validator: Validator,
-    req: ChatRequest,
-    candidates: Sequence[ToolCallCandidate],
-    *,
-    request_id: str,
-    model: str,
-    fmt: str,
-    constrained: bool,
-) -> list[Verdict]:
-    """One verdict per candidate, asked concurrently, in candidate order. The first
-    failure (e.g. ValidatorUnavailableError) is raised once all have finished."""
-
-    async def one(c: ToolCallCandidate) -> Verdict:
-        envelope = ValidationEnvelope(
-            request_id=request_id,
-            call_id=c.call_id,
-            tool=c.name,
-            arguments=c.arguments,
-            raw=c.raw,
-            format=fmt,
-            model=model,
-            schema=req.schema_of(c.name),
-            constrained=constrained,
-            idempotency_key=idempotency_key(request_id, c.call_id, c.arguments),
-            strict=req.is_strict(c.name),
-        )
-        return await validator.validate(envelope)
-
-    outcomes = await asyncio.gather(*(one(c) for c in candidates), return_exceptions=True)
-    for outcome in outcomes:
-        if isinstance(outcome, BaseException):
-            raise outcome
-    return [o for o in outcomes if not isinstance(o, BaseException)]
-
-
-def verdict_dict(v: Verdict) -> dict[str, Any]:
-    out: dict[str, Any] = {"verdict": v.verdict, "validator": v.validator}
-    if v.verdict == "accepted":
-        out["arguments"] = None if v.arguments is None else dict(v.arguments)
-    else:
-        out["errors"] = [dict(e) for e in v.errors]
-        out["retryable"] = v.retryable
-    return out
-
-
-def final_arguments(c: ToolCallCandidate, v: Verdict) -> dict[str, Any]:
-    """The validator's normalised arguments when it gave some, else the model's."""
-    return dict(v.arguments) if v.arguments is not None else c.arguments
-
-
-def repair_messages(result: ParseResult, verdicts: Sequence[Verdict]) -> list[dict[str, Any]]:
-    """The model's calls as an assistant turn plus one tool result per call: the
-    validator's errors for a rejected call, a note for an accepted one (nothing was
-    executed, so the whole set of calls must be written again)."""
-    calls = [tool_call_dict(c.call_id, c.name, arguments_json(c.arguments)) for c in result.candidates]
-    out: list[dict[str, Any]] = [{"role": "assistant", "content": result.content, "tool_calls": calls}]
-    for c, v in zip(result.candidates, verdicts, strict=True):
-        if v.verdict == "accepted":
-            note: dict[str, Any] = {"status": "valid", "note": "not executed; repeat this call with the corrected ones"}
-        else:
-            note = {
-                "status": "rejected",
-                "errors": [dict(e) for e in v.errors],
-                "note": "fix the arguments and call again",
-            }
-        out.append({"role": "tool", "tool_call_id": c.call_id, "content": json.dumps(note, ensure_ascii=False)})
-    return out
