@@ -11,6 +11,7 @@ import httpx
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from callgate.errors import TemplateError
 from callgate.serving.app import create_app
 from callgate.serving.fake_engine import FakeEngine, FakeTokenizer
 from callgate.serving.prompt import untrusted_spans
@@ -115,3 +116,13 @@ async def test_the_engine_receives_the_spans() -> None:
     assert len(req.untrusted_spans) == 2
     ids = engine.tokenizer.encode(req.prompt, req.untrusted_spans)
     assert ids.count(engine.tokenizer.eos_token_id) == 3  # the three turn ends; none from the content
+
+
+def test_a_template_that_refuses_the_placeholders_gives_no_spans() -> None:
+    def picky(messages: Sequence[Mapping[str, Any]]) -> str:
+        if any("\ue000" in (m.get("content") or "") for m in messages):
+            raise TemplateError("messages[1].content: not what this format takes")
+        return render("hermes", messages)
+
+    messages = [{"role": "user", "content": "hi"}]
+    assert untrusted_spans(picky, messages, render("hermes", messages)) == ()

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from callgate import templates
-from callgate.errors import InvalidRequestError
+from callgate.errors import InvalidRequestError, TemplateError
 from callgate.serving.engine import Tokenizer
 from callgate.serving.protocol import ChatRequest
 
@@ -85,7 +85,11 @@ def untrusted_spans(
     if not contents:
         return ()
     masked = [{**m, "content": f"\ue000{i}\ue001"} if i in contents else m for i, m in enumerate(messages)]
-    parts = _PLACEHOLDER.split(render(masked))  # structure, index, structure, index, ..., structure
+    try:
+        skeleton = render(masked)
+    except TemplateError:  # the template wants something of the content itself: no spans
+        return ()
+    parts = _PLACEHOLDER.split(skeleton)  # structure, index, structure, index, ..., structure
     if not prompt.startswith(parts[0]):
         return ()
     spans: list[tuple[int, int]] = []
