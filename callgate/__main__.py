@@ -171,6 +171,10 @@ def serve(settings: Settings, *, engine_kind: str = "vllm", fake_script: str | N
     from callgate.serving.app import create_app
 
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if settings.api_key is None and settings.host not in ("127.0.0.1", "localhost", "::1"):
+        logging.getLogger("callgate").warning(
+            "serving on %s without --api-key: anyone who can reach it may use it", settings.host
+        )
     engine = build_fake_engine(settings, fake_script) if engine_kind == "fake" else build_vllm_engine(settings)
     app = create_app(settings, engine=engine)
     uvicorn.run(app, host=settings.host, port=settings.port, log_level=settings.log_level, timeout_graceful_shutdown=5)
