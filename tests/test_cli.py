@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -130,3 +131,30 @@ def test_serve_runs_the_app_with_a_scripted_engine(tmp_path: Path) -> None:
     assert proc.returncode in (0, -signal.SIGTERM), output  # uvicorn re-raises the signal after a clean shutdown
     assert "Traceback" not in output
     assert "cli-key" not in output
+
+
+def test_the_real_engine_gets_the_resolved_folder_config_and_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from callgate.__main__ import build_vllm_engine
+    from callgate.serving import model_store, vllm_engine
+
+    seen: dict[str, Any] = {}
+    monkeypatch.setattr(model_store, "resolve_model", lambda model: seen.setdefault("model", model) and tmp_path)
+    monkeypatch.setattr(
+        vllm_engine.VllmEngine, "start", classmethod(lambda cls, config, env=None: seen.update(config=config, env=env))
+    )
+    build_vllm_engine(_settings("--max-model-len", "1024", "--kv-cache-space", "2", "--cpu-threads", "2"))
+    assert seen["model"] == model_store.EMBEDDED_MODEL
+    config, env = seen["config"], seen["env"]
+    assert (config.model, config.served_model_name, config.max_model_len) == (
+        str(tmp_path),
+        "smollm2-135m-instruct",
+        1024,
+    )
+    assert env == {
+        "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+        "VLLM_CPU_KVCACHE_SPACE": "2",
+        "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
+        "OMP_NUM_THREADS": "2",
+    }
