@@ -11,7 +11,7 @@ from __future__ import annotations
 import hmac
 import importlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -20,6 +20,7 @@ from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse
 from jsonschema import Draft202012Validator
 from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from callgate.errors import AuthenticationError, CallgateError
 from callgate.serving.chat import ChatFailure, ChatService
@@ -50,7 +51,7 @@ def create_app(settings: Settings, *, engine: Engine, validator: Validator | Non
     app.state.service = service
     app.include_router(build_router(service, metrics))
     _install_error_handlers(app)
-    _install_middleware(app, settings, metrics)
+    app.add_middleware(_Gate, api_key=settings.api_key, metrics=metrics)
     return app
 
 
@@ -96,21 +97,43 @@ class _SchemaOnly:
         return _Verdict("rejected", errors=errors, retryable=True) if errors else _Verdict("accepted")
 
 
-def _install_middleware(app: FastAPI, settings: Settings, metrics: Metrics) -> None:
-    expected = f"Bearer {settings.api_key}".encode() if settings.api_key else None
+class _Gate:
+    """Pure ASGI middleware: the API-key check (constant time) and request counting. Pure
+    ASGI rather than BaseHTTPMiddleware, so streamed chunks pass through untouched."""
 
-    @app.middleware("http")
-    async def auth_and_count(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
-        path = request.url.path
-        if expected is not None and path not in _OPEN_PATHS:
-            given = request.headers.get("authorization", "").encode()
-            if not hmac.compare_digest(given, expected):
-                response: Response = _error(AuthenticationError("missing or invalid API key", code="invalid_api_key"))
-                metrics.request(_route_label(path), response.status_code)
-                return response
-        response = await call_next(request)
-        metrics.request(_route_label(path), response.status_code)
-        return response
+    def __init__(self, app: ASGIApp, *, api_key: str | None, metrics: Metrics) -> None:
+        self._app = app
+        self._expected = f"Bearer {api_key}".encode() if api_key else None
+        self._metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self._app(scope, receive, send)
+            return
+        route = _route_label(scope["path"])
+        if self._expected is not None and scope["path"] not in _OPEN_PATHS and not self._authorised(scope):
+            await _error(AuthenticationError("missing or invalid API key", code="invalid_api_key"))(
+                scope, receive, send
+            )
+            self._metrics.request(route, 401)
+            return
+        status = 500
+
+        async def send_counted(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self._app(scope, receive, send_counted)
+        finally:
+            self._metrics.request(route, status)
+
+    def _authorised(self, scope: Scope) -> bool:
+        assert self._expected is not None
+        given = next((v for k, v in scope["headers"] if k == b"authorization"), b"")
+        return hmac.compare_digest(given, self._expected)
 
 
 def _install_error_handlers(app: FastAPI) -> None:
