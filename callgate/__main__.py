@@ -88,7 +88,9 @@ def _add_serve_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--gpu-memory-utilization", type=float, default=e.gpu_memory_utilization, help="GPU memory fraction")
     g.add_argument("--enforce-eager", action="store_true", help="disable CUDA graphs / compilation")
     g.add_argument("--engine", default="vllm", choices=["vllm", "fake"], help="'fake': scripted replies, for tests")
-    g.add_argument("--fake-script", default=None, help="JSON file: list of scripted replies for --engine fake")
+    g.add_argument(
+        "--fake-script", default=None, help="JSON file: list of scripted replies for --engine fake (the last repeats)"
+    )
     g = p.add_argument_group("tool calls and validation")
     g.add_argument("--validator-url", default=None, help="POST each candidate to this validator (default: built-in)")
     g.add_argument("--validator-timeout", type=float, default=d.validator_timeout_s, help="seconds per validator call")
@@ -191,11 +193,20 @@ def build_vllm_engine(settings: Settings) -> Engine:
 
 
 def build_fake_engine(settings: Settings, script: str | None) -> Engine:
-    """A scripted engine: replies from a JSON list (strings or lists of delta strings)."""
+    """A scripted engine: replies from a JSON list (strings, or lists of delta strings), in
+    order; the last one repeats once the list is used up (so load tests can run on it)."""
     from callgate.serving.fake_engine import FakeEngine
 
     replies = json.loads(Path(script).read_text(encoding="utf-8")) if script else []
-    return FakeEngine(replies=replies, model_name=settings.model_name, max_model_len=settings.max_model_len)
+    if not isinstance(replies, list) or not all(isinstance(r, str | list) for r in replies):
+        raise SystemExit("callgate serve: --fake-script must hold a JSON list of replies")
+    last = replies[-1] if replies else None
+    return FakeEngine(
+        replies=replies,
+        respond=None if last is None else (lambda req: last),
+        model_name=settings.model_name,
+        max_model_len=settings.max_model_len,
+    )
 
 
 def bench(name: str | None, args: Sequence[str]) -> int:

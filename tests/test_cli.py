@@ -122,8 +122,9 @@ def test_serve_runs_the_app_with_a_scripted_engine(tmp_path: Path) -> None:
         auth = {"Authorization": "Bearer cli-key"}
         body = {"messages": [{"role": "user", "content": "hi"}]}
         assert httpx.post(url + "/v1/chat/completions", json=body, timeout=10).status_code == 401
-        resp = httpx.post(url + "/v1/chat/completions", json=body, headers=auth, timeout=10)
-        assert resp.status_code == 200 and resp.json()["choices"][0]["message"]["content"] == "Hello from the CLI."
+        for _ in range(2):  # the last scripted reply repeats
+            resp = httpx.post(url + "/v1/chat/completions", json=body, headers=auth, timeout=10)
+            assert resp.status_code == 200 and resp.json()["choices"][0]["message"]["content"] == "Hello from the CLI."
         assert resp.json()["model"] == "smollm2-135m-instruct"
     finally:
         proc.terminate()
