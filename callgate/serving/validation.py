@@ -356,3 +356,13 @@ def _may_be_object(schema: Mapping[str, Any]) -> bool:
         return False
     types = schema.get("type", "object")
     return types == "object" or (isinstance(types, list) and "object" in types)
+
+
+def __getattr__(name: str) -> Any:
+    """`HttpValidator` is part of this seam but lives in `validation_http` (which imports
+    this module), so it is loaded on first use."""
+    if name == "HttpValidator":
+        from callgate.serving.validation_http import HttpValidator
+
+        return HttpValidator
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
