@@ -28,15 +28,22 @@ import importlib
 import logging
 import secrets
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
 
 from callgate import parsers
-from callgate.errors import CallgateError, ModelOutputError, RateLimitError, ToolCallRejectedError
-from callgate.serving import sse
+from callgate.errors import (
+    CallgateError,
+    ModelOutputError,
+    RateLimitError,
+    ToolCallRejectedError,
+    ValidatorUnavailableError,
+)
+from callgate.serving import audit, sse
+from callgate.serving.audit import AuditLog
 from callgate.serving.engine import ConstraintRef, Engine, GenerationRequest, SamplingParams
 from callgate.serving.handoff import (
     ADVISORY_CODES,
@@ -183,6 +190,9 @@ class ChatService:
         self.validator = validator
         self.metrics = metrics
         self.admission = Admission(settings.max_num_seqs, settings.max_queue, metrics)
+        self.audit = (
+            None if settings.audit_log is None else AuditLog(settings.audit_log, max_bytes=settings.audit_log_max_bytes)
+        )
         self._vocabulary: dict[bytes, list[int]] | None = None
 
     # ---- entry points -----------------------------------------------------------------
@@ -357,18 +367,58 @@ class ChatService:
             raise ChatFailure(error, {**block, "raw": _raw_output(rnd.result)})
 
     async def _validate(self, turn: _Turn, rnd: _Round) -> None:
+        """Verdicts for the round's candidates; each is in the audit log (fsynced) before
+        this returns, so before any response that carries it. No verdict: audited, raised."""
         assert rnd.result is not None
-        rnd.verdicts = await validate_all(
-            self.validator,
-            turn.req,
-            rnd.result.candidates,
-            request_id=turn.completion_id,
-            model=self.settings.model_name,
-            fmt=self.settings.format,
-            constrained=turn.constraint is not None,
-        )
+        started_s = time.monotonic()
+        try:
+            rnd.verdicts = await validate_all(
+                self.validator,
+                turn.req,
+                rnd.result.candidates,
+                request_id=turn.completion_id,
+                model=self.settings.model_name,
+                fmt=self.settings.format,
+                constrained=turn.constraint is not None,
+            )
+        except ValidatorUnavailableError as exc:
+            await self._audit(
+                turn, rnd, [{"verdict": "unavailable", "error": exc.message}] * len(rnd.result.candidates)
+            )
+            raise
+        finally:
+            if rnd.result.candidates:
+                self.metrics.validator_latency(time.monotonic() - started_s)
         for v in rnd.verdicts:
             self.metrics.verdict(v.verdict)
+            for e in v.errors:
+                self.metrics.rejection(str(e.get("kind", "unspecified")))
+        await self._audit(turn, rnd, [verdict_dict(v) for v in rnd.verdicts])
+
+    async def _audit(self, turn: _Turn, rnd: _Round, verdicts: Sequence[Mapping[str, Any]]) -> None:
+        if self.audit is None or rnd.result is None or not rnd.result.candidates:
+            return
+        diagnostics = [diagnostic_dict(d) for d in rnd.result.diagnostics]
+        validator = str(getattr(self.validator, "name", type(self.validator).__name__))
+        records = [
+            audit.candidate_record(
+                request_id=turn.completion_id,
+                round_index=rnd.index,
+                model=self.settings.model_name,
+                fmt=self.settings.format,
+                call_id=c.call_id,
+                tool=c.name,
+                arguments=c.arguments,
+                raw=c.raw,
+                diagnostics=diagnostics,
+                verdict=v,
+                validator=validator,
+                constrained=turn.constraint is not None,
+            )
+            for c, v in zip(rnd.result.candidates, verdicts, strict=True)
+        ]
+        with anyio.CancelScope(shield=True):  # a record, once begun, is finished
+            await anyio.to_thread.run_sync(self.audit.write, records)
 
     def _next_round_or_reject(self, turn: _Turn, rnd: _Round) -> None:
         assert rnd.result is not None

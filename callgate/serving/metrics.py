@@ -1,7 +1,8 @@
 """Prometheus metrics of one server.
 
 Knows: what the server counts (requests by status, tokens, time to first token,
-inter-token latency, queue depth, parse diagnostics by code, verdicts, repair rounds) and
+inter-token latency, queue depth, parse diagnostics by code, verdicts, rejection errors by
+kind, repair rounds, validator latency) and
 how to render them. Each app gets its own registry, so several apps in one process (tests)
 never collide.
 Does not know: HTTP routes or the chat flow; callers report facts through small methods.
@@ -41,6 +42,15 @@ class Metrics:
         self._diagnostics = Counter("callgate_parse_diagnostics", "Parser diagnostics by code", ["code"], registry=r)
         self._verdicts = Counter("callgate_verdicts", "Validator verdicts", ["verdict"], registry=r)
         self._repairs = Counter("callgate_repair_rounds", "Repair rounds run", registry=r)
+        self._rejections = Counter(
+            "callgate_rejection_errors", "Validator errors in rejected verdicts, by kind", ["kind"], registry=r
+        )
+        self._validator_s = Histogram(
+            "callgate_validator_latency_seconds",
+            "Time to get the verdicts of one round's candidates",
+            buckets=_LATENCY_BUCKETS_S,
+            registry=r,
+        )
 
     def track_running(self, running: Callable[[], int]) -> None:
         """Export the engine's running-request count, read at scrape time."""
@@ -71,6 +81,12 @@ class Metrics:
 
     def repair(self) -> None:
         self._repairs.inc()
+
+    def rejection(self, kind: str) -> None:
+        self._rejections.labels(kind=kind).inc()
+
+    def validator_latency(self, seconds: float) -> None:
+        self._validator_s.observe(seconds)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
