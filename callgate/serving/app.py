@@ -9,26 +9,23 @@ the chat flow, or the wire shapes.
 from __future__ import annotations
 
 import hmac
-import importlib
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
-from typing import Any
 
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse
-from jsonschema import Draft202012Validator
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from callgate.errors import AuthenticationError, CallgateError
 from callgate.serving.chat import ChatFailure, ChatService
 from callgate.serving.engine import Engine
-from callgate.serving.handoff import Validator
 from callgate.serving.metrics import Metrics
 from callgate.serving.routes import build_router
 from callgate.serving.settings import Settings
+from callgate.serving.validation import JsonSchemaValidator, Validator
+from callgate.serving.validation_http import HttpValidator
 
 log = logging.getLogger("callgate.serving")
 
@@ -56,45 +53,10 @@ def create_app(settings: Settings, *, engine: Engine, validator: Validator | Non
 
 
 def default_validator(settings: Settings) -> Validator:
-    """HttpValidator(url) with --validator-url, else JsonSchemaValidator (callgate.serving.validation).
-
-    Until that module exists the interim `_SchemaOnly` check stands in (no --validator-url)."""
-    try:
-        validation = importlib.import_module("callgate.serving.validation")
-    except ModuleNotFoundError:
-        if settings.validator_url:
-            raise
-        return _SchemaOnly()
+    """HttpValidator(url) with --validator-url, else the built-in JsonSchemaValidator."""
     if settings.validator_url:
-        http: Validator = validation.HttpValidator(settings.validator_url, timeout_s=settings.validator_timeout_s)
-        return http
-    builtin: Validator = validation.JsonSchemaValidator()
-    return builtin
-
-
-@dataclass(frozen=True, slots=True)
-class _Verdict:
-    verdict: str
-    arguments: dict[str, Any] | None = None
-    errors: tuple[dict[str, str], ...] = ()
-    retryable: bool = False
-    validator: str = "interim-jsonschema"
-
-
-class _SchemaOnly:
-    """Draft 2020-12 check of the arguments against the declared schema; an undeclared tool
-    is rejected. Interim stand-in for callgate.serving.validation.JsonSchemaValidator."""
-
-    name = "interim-jsonschema"
-
-    async def validate(self, req: Any) -> _Verdict:
-        if req.schema is None:
-            return _Verdict("rejected", errors=({"path": "", "message": f"tool {req.tool!r} is not declared"},))
-        errors = tuple(
-            {"path": "/" + "/".join(str(p) for p in e.absolute_path), "message": e.message}
-            for e in Draft202012Validator(req.schema).iter_errors(req.arguments)
-        )
-        return _Verdict("rejected", errors=errors, retryable=True) if errors else _Verdict("accepted")
+        return HttpValidator(settings.validator_url, timeout_s=settings.validator_timeout_s)
+    return JsonSchemaValidator()
 
 
 class _Gate:

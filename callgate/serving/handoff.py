@@ -1,8 +1,8 @@
 """The validator handoff: what goes to the validator, what comes back, and what is refused
 before it.
 
-Knows: the structural seam of callgate.serving.validation (Validator, Verdict, and the
-envelope fields), the idempotency key, asking for all verdicts of a round concurrently,
+Knows: how a round's candidates become `ValidationRequest`s (callgate.serving.validation)
+and are asked for their verdicts concurrently,
 the repair turn fed back to the model, and which parse diagnostics or tool_choice breaches
 make an output unusable. Does not know: HTTP, engines, how a validator decides.
 """
@@ -10,67 +10,16 @@ make an output unusable. Does not know: HTTP, engines, how a validator decides.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from callgate.serving.protocol import ChatRequest, tool_call_dict
+from callgate.serving.validation import ValidationRequest, Validator, Verdict, idempotency_key, verdict_dict
 from callgate.types import Diagnostic, ParseResult, ToolCallCandidate, arguments_json
 
 # A candidate with one of these diagnostics still goes to the validator (which rejects it).
 ADVISORY_CODES = frozenset({"unknown_tool"})
-
-
-# Structural views of callgate.serving.validation's ValidationRequest / Verdict / Validator
-# (see the seams): any object with these fields and methods takes part.
-
-
-class Verdict(Protocol):
-    @property
-    def verdict(self) -> str: ...  # "accepted" | "rejected"
-
-    @property
-    def arguments(self) -> Mapping[str, Any] | None: ...  # normalised arguments, when accepted
-
-    @property
-    def errors(self) -> Sequence[Mapping[str, Any]]: ...  # [{path, message}], when rejected
-
-    @property
-    def retryable(self) -> bool: ...
-
-    @property
-    def validator(self) -> str: ...
-
-
-class Validator(Protocol):
-    """Raises ValidatorUnavailableError (503) when it cannot reach a verdict."""
-
-    async def validate(self, req: Any) -> Verdict: ...
-
-
-@dataclass(frozen=True, slots=True)
-class ValidationEnvelope:
-    """What the validator gets for one candidate (field names per the seam)."""
-
-    request_id: str
-    call_id: str
-    tool: str
-    arguments: dict[str, Any]
-    raw: str
-    format: str
-    model: str
-    schema: Mapping[str, Any] | None  # None: the tool is not declared in the request
-    constrained: bool
-    idempotency_key: str
-    strict: bool = False  # the tool was declared `strict: true` (no unknown fields anywhere)
-
-
-def idempotency_key(request_id: str, call_id: str, arguments: Mapping[str, Any]) -> str:
-    """sha256 over the request id, call id and canonical arguments: a retry repeats it."""
-    canonical = json.dumps(arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256("\x00".join((request_id, call_id, canonical)).encode()).hexdigest()
 
 
 async def validate_all(
@@ -87,7 +36,7 @@ async def validate_all(
     failure (e.g. ValidatorUnavailableError) is raised once all have finished."""
 
     async def one(c: ToolCallCandidate) -> Verdict:
-        envelope = ValidationEnvelope(
+        envelope = ValidationRequest(
             request_id=request_id,
             call_id=c.call_id,
             tool=c.name,
@@ -107,16 +56,6 @@ async def validate_all(
         if isinstance(outcome, BaseException):
             raise outcome
     return [o for o in outcomes if not isinstance(o, BaseException)]
-
-
-def verdict_dict(v: Verdict) -> dict[str, Any]:
-    out: dict[str, Any] = {"verdict": v.verdict, "validator": v.validator}
-    if v.verdict == "accepted":
-        out["arguments"] = None if v.arguments is None else dict(v.arguments)
-    else:
-        out["errors"] = [dict(e) for e in v.errors]
-        out["retryable"] = v.retryable
-    return out
 
 
 def final_arguments(c: ToolCallCandidate, v: Verdict) -> dict[str, Any]:
@@ -168,3 +107,16 @@ def choice_violation(req: ChatRequest, result: ParseResult) -> Diagnostic | None
         message = f"expected one call (parallel_tool_calls is false), got {len(calls)} at offset {calls[1].span[0]}"
         return Diagnostic("too_many_calls", message, calls[1].span)
     return None
+
+
+__all__ = [
+    "ADVISORY_CODES",
+    "Validator",
+    "Verdict",
+    "choice_violation",
+    "fatal",
+    "final_arguments",
+    "repair_messages",
+    "validate_all",
+    "verdict_dict",
+]
