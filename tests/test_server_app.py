@@ -126,7 +126,16 @@ def chunks(events: list[str]) -> list[dict[str, Any]]:
 
 async def test_plain_answer_has_openai_shape(make_harness: Any) -> None:
     h = make_harness([["Oslo ", "is ", "cold."]])
-    resp = await h.post({"model": MODEL, "messages": ASK, "max_tokens": 50, "temperature": 0.2, "seed": 3})
+    body = {
+        "model": MODEL,
+        "messages": ASK,
+        "max_tokens": 50,
+        "temperature": 0.2,
+        "top_p": 0.9,
+        "seed": 3,
+        "stop": ["END"],
+    }
+    resp = await h.post(body)
     assert resp.status_code == 200, resp.text
     body = resp.json()
     assert body["object"] == "chat.completion" and body["model"] == MODEL and body["id"].startswith("chatcmpl-")
@@ -137,7 +146,8 @@ async def test_plain_answer_has_openai_shape(make_harness: Any) -> None:
     sent = h.engine.requests[0]
     assert usage["prompt_tokens"] == len(h.engine.tokenizer.encode(sent.prompt)) > 0
     assert usage["completion_tokens"] == 4 and usage["total_tokens"] == usage["prompt_tokens"] + 4  # 3 + EOS
-    assert (sent.sampling.max_tokens, sent.sampling.temperature, sent.sampling.seed) == (50, 0.2, 3)
+    assert (sent.sampling.max_tokens, sent.sampling.temperature, sent.sampling.top_p) == (50, 0.2, 0.9)
+    assert (sent.sampling.seed, sent.sampling.stop) == (3, ("END",))
     assert "Weather in Oslo?" in sent.prompt
     assert body["callgate"]["candidates"] == [] and body["callgate"]["diagnostics"] == []
 
@@ -456,3 +466,13 @@ async def test_output_that_breaks_tool_choice_is_502(make_harness: Any) -> None:
         assert resp.json()["error"]["code"] == code
         assert resp.json()["callgate"]["diagnostics"][-1]["code"] == code
     assert h.validator.seen == []
+
+
+async def test_response_format_is_constrained(make_harness: Any) -> None:
+    h = make_harness(['{"city": "Oslo"}'])
+    schema = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+    fmt = {"type": "json_schema", "json_schema": {"name": "answer", "schema": schema}}
+    resp = await h.post({"messages": ASK, "response_format": fmt})
+    assert resp.status_code == 200 and resp.json()["choices"][0]["message"]["content"] == '{"city": "Oslo"}'
+    [sent] = h.engine.requests
+    assert sent.constraint is not None and "city" in sent.constraint.regex
