@@ -255,3 +255,12 @@ def test_a_vocabulary_wider_than_the_logits_is_a_programming_error() -> None:
     batch.update_state(Update(1, added=[(0, constrained("a+b"), None, [])]))
     with pytest.raises(ValueError, match="columns"):
         batch.apply(torch.zeros(1, 8))
+
+
+def test_a_grammar_that_cannot_compile_here_leaves_only_that_row_free(caplog: pytest.LogCaptureFixture) -> None:
+    batch = new_batch()
+    bad = Params({"callgate": {"key": "bad", "regex": "q+"}})  # "q" is no token of the vocabulary
+    batch.update_state(Update(2, added=[(0, bad, None, []), (1, constrained("a+b"), None, [])]))
+    logits = step(batch, 2)
+    assert len(allowed(logits, 0)) == VOCAB and allowed(logits, 1) == {0, 10}
+    assert "constrained decoding disabled" in caplog.text

@@ -307,13 +307,27 @@ class ConstrainedBatch:
         for index in batch_update.removed:
             self.rows.pop(index, None)
         for index, params, _prompt_ids, output_ids in batch_update.added:
-            spec = row_spec(getattr(params, "extra_args", None))
+            row = self._new_row(params, output_ids)
             self.rows.pop(index, None)
-            if spec is not None:
-                index_obj = get_index(spec.key, spec.regex, self.tokens.vocabulary)
-                self.rows[index] = Row(spec, index_obj, output_ids)
+            if row is not None:
+                self.rows[index] = row
         for a, b, direction in batch_update.moved:
             self._move(a, b, swap=getattr(direction, "name", str(direction)) == "SWAP")
+
+    def _new_row(self, params: Any, output_ids: list[int]) -> Row | None:
+        """A Row for a constrained request (compiling its Index on a cache miss).
+
+        A grammar that cannot be built here (validate_params and the server's own compile
+        normally stop it first) must not take down the engine and every other request:
+        the row is logged and left unconstrained, and the strict parser still judges it."""
+        try:
+            spec = row_spec(getattr(params, "extra_args", None))
+            if spec is None:
+                return None
+            return Row(spec, get_index(spec.key, spec.regex, self.tokens.vocabulary), output_ids)
+        except ValueError as exc:
+            log.error("constrained decoding disabled for a request: %s", exc)
+            return None
 
     def _move(self, a: int, b: int, *, swap: bool) -> None:
         row_a, row_b = self.rows.pop(a, None), self.rows.pop(b, None)
