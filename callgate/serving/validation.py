@@ -309,7 +309,8 @@ _VALUE_LIST = ("prefixItems", "anyOf", "oneOf")
 # not closed on their own (allOf branches would reject each other's fields).
 _COMBINED_ONE = ("not", "if", "then", "else")
 _COMBINED_LIST = ("allOf",)
-_OBJECT_HINTS = ("type", "properties", "patternProperties", "required", "$ref", "allOf", "anyOf", "oneOf")
+# anyOf/oneOf are not hints: their branches are closed one by one, which is enough.
+_OBJECT_HINTS = ("type", "properties", "patternProperties", "required", "$ref", "allOf")
 
 
 def strict_schema(schema: Mapping[str, Any] | bool) -> Mapping[str, Any] | bool:

@@ -77,6 +77,8 @@ class HttpValidator:
             except _RETRY_ERRORS as exc:
                 if last:
                     raise self._unavailable(f"cannot reach the validator ({_describe(exc)})") from exc
+            except httpx.TimeoutException:
+                raise  # the time limit: reported by `validate`
             except httpx.HTTPError as exc:
                 raise self._unavailable(f"request to the validator failed ({_describe(exc)})") from exc
             else:
