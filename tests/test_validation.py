@@ -353,3 +353,19 @@ def test_identity_hides_credentials_and_query() -> None:
 def test_any_envelope_serialises_to_the_schema(arguments: dict[str, Any]) -> None:
     doc = json.loads(json.dumps(envelope_dict(request(arguments))))
     assert list(Draft202012Validator(ENVELOPE_SCHEMA).iter_errors(doc)) == []
+
+
+async def test_prepared_schemas_are_keyed_by_content() -> None:
+    validator = JsonSchemaValidator()
+    validator.cache_size = 2
+    schema: dict[str, Any] = {"type": "object", "properties": {"n": {"type": "integer"}}}
+    assert (await validator.validate(request({"n": 1}, schema))).verdict == "accepted"
+    schema["properties"]["n"]["type"] = "string"  # same object, new content
+    assert (await validator.validate(request({"n": 1}, schema))).verdict == "rejected"
+    for bound in range(5):  # more schemas than the cache holds: each still checked by its own rules
+        capped = {"type": "integer", "maximum": bound}
+        assert (await validator.validate(request(bound, capped))).verdict == "accepted"
+        assert (await validator.validate(request(bound + 1, capped))).verdict == "rejected"
+    bad = {"type": "object", "minProperties": -1}
+    first, second = [await validator.validate(request({}, bad)) for _ in range(2)]
+    assert first == second and first.verdict == "rejected" and not first.retryable

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
@@ -268,17 +269,18 @@ class JsonSchemaValidator:
     """
 
     name = "builtin-jsonschema"
+    cache_size = 256  # prepared schemas kept (checking a schema against the metaschema costs ms)
 
     def __init__(self, registry: referencing.Registry[Any] | None = None) -> None:
         self._registry: referencing.Registry[Any] = registry if registry is not None else referencing.Registry()
+        self._prepared: OrderedDict[str, Draft202012Validator | SchemaError] = OrderedDict()
 
     async def validate(self, req: Envelope) -> Verdict:
         if req.schema is None:
             error = {"path": "", "message": f"tool {req.tool!r} is not declared in the request", "kind": "unknown_tool"}
             return Verdict.reject(self.name, [error], retryable=True)
-        schema = strict_schema(req.schema) if req.strict else req.schema
         try:
-            errors = self.errors(schema, req.arguments)
+            errors = self.errors(req.schema, req.arguments, strict=req.strict)
         except (SchemaError, Unresolvable) as exc:
             error = {"path": "", "message": f"the tool's schema cannot be used: {_first_line(exc)}", "kind": "schema"}
             return Verdict.reject(self.name, [error], retryable=False)
@@ -286,13 +288,34 @@ class JsonSchemaValidator:
             return Verdict.reject(self.name, errors, retryable=True)
         return Verdict.accept(self.name, req.arguments)
 
-    def errors(self, schema: Mapping[str, Any] | bool, instance: Any) -> list[dict[str, str]]:
+    def errors(self, schema: Mapping[str, Any] | bool, instance: Any, *, strict: bool = False) -> list[dict[str, str]]:
         """`{path, message, kind}` for each top-level failure, most relevant first.
         Raises SchemaError for an invalid schema and a referencing error for a bad `$ref`."""
-        Draft202012Validator.check_schema(schema)
-        checker = Draft202012Validator(schema, registry=self._registry)
+        checker = self._checker(schema, strict)
         found: list[ValidationError] = sorted(checker.iter_errors(instance), key=relevance)
         return [{"path": pointer(e.absolute_path), "message": e.message, "kind": str(e.validator)} for e in found]
+
+    def _checker(self, schema: Mapping[str, Any] | bool, strict: bool) -> Draft202012Validator:
+        """The prepared validator of `schema` (strict or not), from a small LRU by canonical JSON."""
+        key = ("strict:" if strict else "plain:") + json.dumps(schema, sort_keys=True, separators=(",", ":"))
+        prepared = self._prepared.get(key)
+        if prepared is None:
+            prepared = self._prepare(strict_schema(schema) if strict else schema)
+            self._prepared[key] = prepared
+            if len(self._prepared) > self.cache_size:
+                self._prepared.popitem(last=False)
+        else:
+            self._prepared.move_to_end(key)
+        if isinstance(prepared, SchemaError):
+            raise prepared
+        return prepared
+
+    def _prepare(self, schema: Mapping[str, Any] | bool) -> Draft202012Validator | SchemaError:
+        try:
+            Draft202012Validator.check_schema(schema)
+        except SchemaError as exc:
+            return exc
+        return Draft202012Validator(schema, registry=self._registry)
 
 
 def _first_line(exc: BaseException) -> str:
