@@ -40,7 +40,7 @@ from typing import Any
 
 from callgate.formats import ToolCallFormat
 from callgate.parsers.base import CallIdFactory, ResultBuilder, Tools, tool_names, tool_schemas
-from callgate.parsers.qwen3_xml_syntax import Call, Syntax, syntax_of
+from callgate.parsers.qwen3_xml_syntax import NEEDS_ESCAPE, Call, Syntax, syntax_of
 from callgate.parsers.qwen3_xml_values import declared_types, decode, streams_as_text
 from callgate.types import (
     ArgumentsDelta,
@@ -58,7 +58,6 @@ from callgate.types import (
 _NAME = re.compile(r"[^\s<>=\"'/]*")
 _MAX_NAME_CHARS = 256  # keeps the hold-back of a tag name bounded
 _MAX_SHOWN_CHARS = 20
-_NEEDS_ESCAPE = re.compile(r'["\\\x00-\x1f]')  # what json.dumps(ensure_ascii=False) escapes
 
 
 def make_parser(fmt: ToolCallFormat, tools: Tools, *, thinking: bool, call_ids: CallIdFactory) -> Qwen3XmlParser:
@@ -76,7 +75,6 @@ class Qwen3XmlParser:
 
     def __init__(self, syntax: Syntax, tools: Tools, *, thinking: bool, call_ids: CallIdFactory) -> None:
         self._sx = syntax
-        self._fast = _fast_paths(syntax)
         self._tools = tools
         self._tool_info: tuple[frozenset[str] | None, dict[str, Mapping[str, Any]]] | None = None
         self._call_ids = call_ids
@@ -93,23 +91,28 @@ class Qwen3XmlParser:
         self._index = 0
         self._stray_start = 0
         self._call = Call(0)
+        # state -> (finds a character that may start one of its markers, what the state
+        # does with a delta that holds none)
+        self._fast: dict[State, tuple[re.Pattern[str], Callable[[str], list[Event]]]] = {
+            self._content: (syntax.content.starts, self._plain_content),
+            self._reasoning: (syntax.reasoning.starts, self._plain_reasoning),
+            self._value: (syntax.plain_value, self._plain_value_text),
+        }
 
     # ---- driving -------------------------------------------------------------------------
 
     def feed(self, delta: str) -> list[Event]:
         if self._done or not delta:
             return []
-        out: list[Event] = []
-        self._out = out
         if not self._held:
             # Fast path for token-sized deltas in the middle of text or a value: no character
             # that can start a marker, so the whole delta goes where the state puts its text.
-            fast = self._fast.get(getattr(self._state, "__func__", None))
+            fast = self._fast.get(self._state)
             if fast is not None and fast[0].search(delta) is None:
-                fast[1](self, delta)
                 self._base += len(delta)
-                # argument fragments do not change the result: the builder would skip them
-                return self._builder.add(out) if fast[2] else out
+                return fast[1](delta)
+        out: list[Event] = []
+        self._out = out
         buf = self._held + delta if self._held else delta
         pos, n = 0, len(buf)
         while pos < n:
@@ -388,7 +391,7 @@ class Qwen3XmlParser:
         if name in call.arguments or name == call.value_name:
             return "duplicate_parameter"
         prefix = "{" if call.value_name is None else ", "
-        call.value_name, call.value_parts = name, []
+        call.value_name = name
         call.value_types = self._types(call.name, name)
         self._out.append(ArgumentsDelta(call.index, prefix + json.dumps(name, ensure_ascii=False) + ": "))
         self._expect(self._sx.sep, "bad_parameter_tag", self._open_value)
@@ -409,6 +412,7 @@ class Qwen3XmlParser:
         call = self._call
         call.value_streams = streams_as_text(call.value_types)
         call.value_start = at
+        call.value_from = len(call.raw)
         if call.value_streams:
             self._out.append(ArgumentsDelta(call.index, '"'))
         self._state = self._value
@@ -428,26 +432,34 @@ class Qwen3XmlParser:
             return i
         return self._close_value(buf, i, m.end())
 
-    def _plain_value_text(self, text: str) -> None:
-        """_value_text for text that holds no marker start and nothing to escape."""
+    def _plain_value_text(self, text: str) -> list[Event]:
+        """A value fragment with no marker start and nothing to escape (fast path)."""
         call = self._call
         call.raw.append(text)
-        call.value_parts.append(text)
-        if call.value_streams:
-            self._out.append(ArgumentsDelta(call.index, text))
+        # argument fragments do not change the result: the builder needs not see them
+        return [ArgumentsDelta(call.index, text)] if call.value_streams else []
+
+    def _plain_content(self, text: str) -> list[Event]:
+        self._out = []
+        self._emit_content(text)
+        return self._builder.add(self._out)
+
+    def _plain_reasoning(self, text: str) -> list[Event]:
+        self._out = []
+        self._emit_reasoning(text)
+        return self._builder.add(self._out)
 
     def _value_text(self, text: str) -> None:
         if text:
             call = self._call
             call.raw.append(text)
-            call.value_parts.append(text)
             if call.value_streams:
-                escaped = json.dumps(text, ensure_ascii=False)[1:-1] if _NEEDS_ESCAPE.search(text) else text
+                escaped = json.dumps(text, ensure_ascii=False)[1:-1] if NEEDS_ESCAPE.search(text) else text
                 self._out.append(ArgumentsDelta(call.index, escaped))
 
     def _close_value(self, buf: str, i: int, end: int) -> int:
         call = self._call
-        text = "".join(call.value_parts)
+        text = "".join(call.raw[call.value_from :])
         typed = decode(text, call.value_types)
         if typed.error is not None:
             self._fail(typed.error, typed.expected, text, call.value_start)
@@ -479,25 +491,3 @@ class Qwen3XmlParser:
         start = self._call.start
         self._diagnose(code, expected, got, start, max(at + len(got), start + 1), at)
         self._state = self._recover
-
-
-_FastPath = tuple[re.Pattern[str], Callable[[Qwen3XmlParser, str], None], bool]
-_FAST_PATHS: dict[str, dict[object, _FastPath]] = {}
-
-
-def _fast_paths(sx: Syntax) -> dict[object, _FastPath]:
-    """state -> (finds a character that may start one of its markers, what the state does
-    with text that holds none, whether that text can change the result)."""
-    paths = _FAST_PATHS.get(sx.fmt.name)
-    if paths is None or paths[Qwen3XmlParser._content][0] is not sx.content.starts:
-        paths = _FAST_PATHS[sx.fmt.name] = {
-            Qwen3XmlParser._content: (sx.content.starts, Qwen3XmlParser._emit_content, True),
-            Qwen3XmlParser._reasoning: (sx.reasoning.starts, Qwen3XmlParser._emit_reasoning, True),
-            Qwen3XmlParser._value: (_plain_value_stops(sx), Qwen3XmlParser._plain_value_text, False),
-        }
-    return paths
-
-
-def _plain_value_stops(sx: Syntax) -> re.Pattern[str]:
-    """Finds what may start a value's end marker or needs a JSON escape."""
-    return re.compile("[" + re.escape(sx.value.firsts) + _NEEDS_ESCAPE.pattern[1:-1] + "]")

@@ -14,6 +14,8 @@ from typing import Any
 
 from callgate.formats import ToolCallFormat
 
+NEEDS_ESCAPE = re.compile(r'["\\\x00-\x1f]')  # what json.dumps(ensure_ascii=False) escapes
+
 
 @dataclass(frozen=True, slots=True)
 class Scanner:
@@ -79,6 +81,7 @@ class Syntax:
     between: Scanner
     recover: Scanner
     stray: Scanner
+    plain_value: re.Pattern[str]  # finds what may start a value's end marker or needs a JSON escape
 
     @classmethod
     def of(cls, fmt: ToolCallFormat) -> Syntax:
@@ -88,6 +91,7 @@ class Syntax:
             m[k]
             for k in ("call_open", "call_close", "function_open", "function_close", "parameter_open", "parameter_close")
         )
+        value = Scanner.of(sep + pc, sep + po, fc, co, cc, eos)
         return cls(
             fmt,
             eos,
@@ -103,11 +107,12 @@ class Syntax:
             m["think_close"],
             content=Scanner.of(co, fo, po, pc, fc, cc, eos),
             reasoning=Scanner.of(m["think_close"], co, eos),
-            value=Scanner.of(sep + pc, sep + po, fc, co, cc, eos),
+            value=value,
             body=Scanner.of(po, fc, cc, co, eos),
             between=Scanner.of(sep + co, eos),
             recover=Scanner.of(cc, co, eos),
             stray=Scanner.of(co),
+            plain_value=re.compile("[" + re.escape(value.firsts) + NEEDS_ESCAPE.pattern[1:-1] + "]"),
         )
 
 
@@ -139,8 +144,8 @@ class Call:
         "name_then",
         "raw",
         "start",
+        "value_from",
         "value_name",
-        "value_parts",
         "value_start",
         "value_streams",
         "value_types",
@@ -161,7 +166,7 @@ class Call:
         self.name_start = 0
         self.name_then: Callable[[str], str | None] = _no_error
         self.value_name: str | None = None
-        self.value_parts: list[str] = []
+        self.value_from = 0  # raw[value_from:] is the text of the value being read
         self.value_types: tuple[str, ...] = ()
         self.value_start = 0
         self.value_streams = True
