@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from callgate.formats import get_format
-from callgate.parsers import parse, sequential_call_ids
+from callgate.parsers import parse, sequential_call_ids, stream_parser
 from callgate.templates.qwen3_xml import neutralise
 from callgate.types import ParseResult
 from tests.harness import assistant_completion, calls_of, check_split_invariance, openai_tool_calls, tool_and_calls
@@ -117,3 +117,25 @@ def test_any_text_parses_consistently(text: str, thinking: bool) -> None:
 def test_any_text_without_tools(text: str) -> None:
     result = parse(FORMAT, text, None, call_ids=sequential_call_ids())
     _assert_consistent(text, result)
+
+
+def test_hold_back_stays_bounded() -> None:
+    """feed never keeps more than one marker's worth of text, whatever the output's length."""
+    value = ("line <b>\n" * 2000) + "end"
+    text = (
+        "Let me write it.\n\n<tool_call>\n<function=write_file>\n<parameter=content>\n"
+        + value
+        + "\n</parameter>\n</function>\n</tool_call>"
+        + FMT.eos
+    )
+    tools = [{"type": "function", "function": {"name": "write_file", "parameters": {"type": "object"}}}]
+    parser = stream_parser(FORMAT, tools, call_ids=sequential_call_ids())
+    longest = max(len(m) for m in (*M.values(), FMT.eos))
+    held_max = 0
+    for ch in text:
+        parser.feed(ch)
+        held_max = max(held_max, len(parser._held))
+    parser.finish()
+    assert held_max <= longest
+    (cand,) = parser.result().candidates
+    assert cand.arguments == {"content": value}
