@@ -369,3 +369,11 @@ async def test_prepared_schemas_are_keyed_by_content() -> None:
     bad = {"type": "object", "minProperties": -1}
     first, second = [await validator.validate(request({}, bad)) for _ in range(2)]
     assert first == second and first.verdict == "rejected" and not first.retryable
+
+
+def test_the_readme_publishes_both_schemas() -> None:
+    readme = (SCHEMAS.parent / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("## Validator handoff") :]
+    section = section[: section.index("\n## ")]
+    blocks = [json.loads(b.split("```", 1)[0]) for b in section.split("```json\n")[1:]]
+    assert blocks == [ENVELOPE_SCHEMA, VERDICT_SCHEMA]
