@@ -17,7 +17,6 @@ from typing import Any
 import httpx
 import pytest
 
-from callgate.serving import audit
 from callgate.serving.audit import AuditLog, candidate_record, read_records, rotated_path
 from tests.validator_app import free_port
 
@@ -47,7 +46,7 @@ def test_each_write_is_fsynced_before_it_returns(tmp_path: Path, monkeypatch: py
         real_fsync(fd)
         synced.append(path.read_bytes())
 
-    monkeypatch.setattr(audit.os, "fsync", fsync)
+    monkeypatch.setattr(os, "fsync", fsync)
     log.write([record(1), record(2)])
     assert synced == [b'{"i":1,"pad":""}\n{"i":2,"pad":""}\n']
     log.write([])
