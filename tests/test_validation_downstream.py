@@ -18,7 +18,7 @@ import pytest
 from jsonschema import Draft202012Validator
 
 from callgate.serving.app import create_app
-from callgate.serving.audit import read_records
+from callgate.serving.audit import AuditLog, read_records
 from callgate.serving.fake_engine import FakeEngine
 from callgate.serving.settings import Settings
 from callgate.serving.validation import ENVELOPE_SCHEMA, idempotency_key
@@ -301,3 +301,21 @@ async def test_plain_answers_write_no_records(chat: Any) -> None:
     run = await chat("accept", ["Oslo is cold."])
     assert run.response.status_code == 200 and run.received() == []
     assert not run.audit_path.exists() or run.audit() == []
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_no_call_is_sent_when_its_audit_record_cannot_be_written(
+    chat: Any, monkeypatch: pytest.MonkeyPatch, stream: bool
+) -> None:
+    def disk_full(self: AuditLog, records: Any) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(AuditLog, "write", disk_full)
+    run = await chat("accept", [call_text({"city": "Oslo"})], stream=stream)
+    if stream:
+        events = run.events()
+        assert tool_calls_in(events) == [] and events[-1]["error"]["code"] == "audit_log_failed"
+    else:
+        assert run.response.status_code == 500 and "choices" not in run.body
+        assert run.body["error"]["code"] == "audit_log_failed"
+    assert len(run.received()) == 1  # the validator accepted it; the missing record withheld it

@@ -417,8 +417,14 @@ class ChatService:
             )
             for c, v in zip(rnd.result.candidates, verdicts, strict=True)
         ]
-        with anyio.CancelScope(shield=True):  # a record, once begun, is finished
-            await anyio.to_thread.run_sync(self.audit.write, records)
+        try:
+            with anyio.CancelScope(shield=True):  # a record, once begun, is finished
+                await anyio.to_thread.run_sync(self.audit.write, records)
+        except OSError as exc:  # no record, no call: the candidates are withheld
+            log.error("audit log %s: %s", self.audit.path, exc)
+            raise CallgateError(
+                "the audit log cannot be written; no tool call is returned", code="audit_log_failed"
+            ) from exc
 
     def _next_round_or_reject(self, turn: _Turn, rnd: _Round) -> None:
         assert rnd.result is not None
