@@ -90,7 +90,17 @@ def valid_conversations(draw: st.DrawFn) -> tuple[list[dict[str, Any]], list[dic
             messages.extend({"role": "tool", "tool_call_id": i, "content": draw(_RESULT)} for i in ids)
     if messages[-1]["role"] == "assistant" or (messages[-1]["role"] == "system" and len(messages) > 1):
         messages.append({"role": "user", "content": draw(CONTENT)})
-    return messages, draw(st.sampled_from([tools, None, []]))
+    return messages, draw(st.sampled_from([[_loosen(t, draw) for t in tools], None, []]))
+
+
+def _loosen(tool: dict[str, Any], draw: st.DrawFn) -> dict[str, Any]:
+    """OpenAI tool variants the reference normalises: no description, a `strict` flag."""
+    function = dict(tool["function"])
+    if draw(st.booleans()):
+        del function["description"]
+    if draw(st.booleans()):
+        function["strict"] = draw(st.booleans())
+    return {**tool, "function": function}
 
 
 _RESULT = st.one_of(TEXT, st.sampled_from(["42", "true", "null", '{"a": [1, 2.5]}', "", " 7 ", "[1"]))
