@@ -6,6 +6,7 @@ Triton body also runs in Triton's interpreter on the CPU, and on a GPU when pres
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings
@@ -121,12 +122,13 @@ def test_allowed_logits_keep_their_exact_bits() -> None:
     assert logits[0, 4] == float("-inf")
 
 
-def test_dispatch_uses_the_compiled_cpu_loop_and_matches() -> None:
+@pytest.mark.parametrize("rows", [[2, 5], (5, 2), torch.tensor([5, 2], dtype=torch.int32), np.array([2, 5])])
+def test_dispatch_uses_the_compiled_cpu_loop_and_matches(rows) -> None:
     assert cpu.available()
     assert kernels.backend_for(torch.device("cpu")) == "cpu"
     logits, bitmask = random_case(8, 49152, torch.bfloat16, seed=3)
     want = expected(logits, bitmask, [2, 5])
-    kernels.apply_token_bitmask(logits, bitmask, [2, 5])
+    kernels.apply_token_bitmask(logits, bitmask, rows)
     assert same_bits(logits, want)
 
 

@@ -10,6 +10,7 @@ TypeError before a backend touches memory, so backend bodies need no checks.
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -79,7 +80,7 @@ def _rows(indices: Rows, logits: torch.Tensor) -> torch.Tensor | None:
         host = indices.reshape(-1).to(device="cpu", dtype=torch.int64)
     else:
         values = list(indices)
-        if not all(isinstance(i, int) and not isinstance(i, bool) for i in values):
+        if not all(isinstance(i, numbers.Integral) and not isinstance(i, bool) for i in values):
             raise TypeError("indices must be integers")
         host = torch.tensor(values, dtype=torch.int64)
     if host.numel() and (int(host.min()) < 0 or int(host.max()) >= logits.shape[0]):
