@@ -80,7 +80,7 @@ class Qwen3XmlParser:
         self._call_ids = call_ids
         self._builder = ResultBuilder()
         self._out: list[Event] = []
-        self._held = ""  # unconsumed tail: at most a partial marker or a partial tag name
+        self._held = ""  # unconsumed tail: at most a partial marker
         self._base = 0  # offset of the current buffer's first character in the output
         self._done = False
         self._state: State = self._reasoning if thinking else self._start
