@@ -140,6 +140,27 @@ DSML_V4 = ToolCallFormat(
     quick_tasks=_frozen({t: _dsml_token(t) for t in _DSML_TASKS}),
 )
 
+# Quick-instruction heads for formats without task tokens (every format but dsml-v4): a
+# text instruction appended to the last user message (after a blank line; ChatML writes it
+# as one more user turn after any other role), so a head shares the KV-cache prefix of the
+# main prompt up to the end of that message's text. The wording matches what
+# callgate.serving.quick reads and constrains: `action` one of search / answer, `read_url`
+# one "URL: yes|no" line per URL of the last user message, `authority` / `domain` one word
+# (the grammar holds it to the server's label set), `query` lines, `title` one line.
+TEXT_QUICK_TASKS: Mapping[str, str] = _frozen(
+    {
+        "action": "Decide whether answering the conversation above needs a web search. "
+        "Reply with exactly one word: search or answer.",
+        "query": "Write the web search queries that would best answer the conversation above, one per line.",
+        "authority": "Say how authoritative the sources for the conversation above must be. "
+        "Reply with exactly one word: low, medium or high.",
+        "domain": "Name the subject domain of the conversation above in one word.",
+        "title": "Write a short title (at most eight words) for the conversation above, on one line.",
+        "read_url": "For each URL in the last user message, write one line: the URL, a colon and a space, "
+        "then yes if it should be opened and read, otherwise no.",
+    }
+)
+
 # =========================================================================================
 # qwen3-xml (Qwen3-Coder) -- owned by the qwen3-xml work; see golden/qwen3-xml/FORMAT.md
 # =========================================================================================
@@ -190,16 +211,7 @@ QWEN3_XML = ToolCallFormat(
     ),
     # Qwen3-Coder has no task tokens: a quick head is a plain instruction appended to the
     # last user turn, so the prompt up to the user text is shared with the main request.
-    quick_tasks=_frozen(
-        {
-            "action": "Reply with exactly one word: Search if answering needs a web search, otherwise Answer.",
-            "query": "Reply with only the web search query that would best answer the message above.",
-            "authority": "Reply with only the most authoritative source (a site or body) for the message above.",
-            "domain": "Reply with only the subject domain of the message above, in one or two words.",
-            "title": "Reply with only a short title (at most six words) for this conversation.",
-            "read_url": "Reply with only the URL in the message above that should be read, or None.",
-        }
-    ),
+    quick_tasks=TEXT_QUICK_TASKS,
 )
 
 # =========================================================================================
@@ -270,38 +282,13 @@ HERMES = ToolCallFormat(
     ),
     # No task tokens in ChatML: a quick head is one more user turn holding the instruction,
     # so the conversation before it is byte-identical to the main prompt.
-    quick_tasks=_frozen(
-        {
-            "action": "Reply with exactly one word: search if answering needs a web search, otherwise answer.",
-            "query": "Reply with only the web search queries that would best answer the conversation, one per line.",
-            "authority": "Reply with only how authoritative the sources for an answer must be, in one word.",
-            "domain": "Reply with only the subject domain of the conversation, in one or two words.",
-            "title": "Reply with only a short title (at most six words) for this conversation.",
-            "read_url": "For each URL in the last user message, reply with the URL and yes or no (should it be read), one per line.",
-        }
-    ),
+    quick_tasks=TEXT_QUICK_TASKS,
 )
 
 # =========================================================================================
 # llama3-json (Llama 3.1, 3.2) -- owned by the JSON-family work
 # =========================================================================================
 
-# Quick-instruction heads for formats without task tokens: a text instruction appended to
-# the user message (after `quick_task_join`), so the head shares the KV-cache prefix of the
-# main prompt up to the end of that message's text. Shared by llama3-json and mistral.
-TEXT_QUICK_TASKS: Mapping[str, str] = _frozen(
-    {
-        "action": "Decide whether answering the conversation above needs a web search. "
-        "Reply with exactly one word: Search or Answer.",
-        "query": "Write the web search queries that would best answer the conversation above, one per line.",
-        "authority": "Say how authoritative the sources for the conversation above must be. "
-        "Reply with exactly one word: low, medium or high.",
-        "domain": "Name the subject domain of the conversation above in at most three words.",
-        "title": "Write a short title (at most eight words) for the conversation above.",
-        "read_url": "List the URLs from the conversation above that should be opened and read, one per line, "
-        "or reply None.",
-    }
-)
 
 # Llama 3.1 tokenizer control tokens: the named ones and <|reserved_special_token_0..247|>.
 _LLAMA3_SPECIAL_TOKENS = (
