@@ -93,14 +93,16 @@ def wait_until_healthy(proc: subprocess.Popen[bytes], base: str, log_path: Path)
     pytest.fail(f"callgate serve not healthy after {STARTUP_TIMEOUT_S} s")
 
 
-def client(base: str) -> Any:
+@pytest.fixture(scope="module")
+def api(server: str) -> Iterator[Any]:
     import openai
 
-    return openai.OpenAI(base_url=f"{base}/v1", api_key="unused", timeout=300, max_retries=0)
+    with openai.OpenAI(base_url=f"{server}/v1", api_key="unused", timeout=300, max_retries=0) as client:
+        yield client
 
 
-def test_plain_answer(server: str) -> None:
-    resp = client(server).chat.completions.create(
+def test_plain_answer(api: Any) -> None:
+    resp = api.chat.completions.create(
         model=MODEL_NAME,
         messages=[{"role": "user", "content": "What is the capital of France?"}],
         max_tokens=24,
@@ -115,11 +117,11 @@ def test_plain_answer(server: str) -> None:
     assert resp.usage is not None and resp.usage.prompt_tokens > 5 and 0 < resp.usage.completion_tokens <= 24
 
 
-def test_streamed_answer_equals_non_streamed(server: str) -> None:
+def test_streamed_answer_equals_non_streamed(api: Any) -> None:
     messages = [{"role": "user", "content": "Name three colours."}]
-    whole = client(server).chat.completions.create(model=MODEL_NAME, messages=messages, max_tokens=32, temperature=0)
+    whole = api.chat.completions.create(model=MODEL_NAME, messages=messages, max_tokens=32, temperature=0)
     chunks = list(
-        client(server).chat.completions.create(
+        api.chat.completions.create(
             model=MODEL_NAME,
             messages=messages,
             max_tokens=32,
@@ -154,11 +156,11 @@ def check_weather_arguments(arguments: dict[str, Any]) -> None:
     assert arguments["unit"] in ("celsius", "fahrenheit")
 
 
-def test_streamed_tool_call_equals_non_streamed(server: str) -> None:
+def test_streamed_tool_call_equals_non_streamed(api: Any) -> None:
     kwargs: dict[str, Any] = dict(
         model=MODEL_NAME, messages=ASK_WEATHER, tools=[WEATHER], tool_choice="required", max_tokens=96, temperature=0
     )
-    whole = client(server).chat.completions.create(**kwargs)
+    whole = api.chat.completions.create(**kwargs)
     choice = whole.choices[0]
     assert choice.finish_reason == "tool_calls"
     assert choice.message.tool_calls is not None and len(choice.message.tool_calls) >= 1
@@ -166,7 +168,7 @@ def test_streamed_tool_call_equals_non_streamed(server: str) -> None:
     assert first.function.name == "get_weather"
     check_weather_arguments(json.loads(first.function.arguments))
 
-    chunks = list(client(server).chat.completions.create(**kwargs, stream=True))
+    chunks = list(api.chat.completions.create(**kwargs, stream=True))
     calls = accumulate_tool_calls(chunks)
     assert [calls[i]["name"] for i in sorted(calls)] == [c.function.name for c in choice.message.tool_calls]
     assert [json.loads(calls[i]["arguments"]) for i in sorted(calls)] == [
@@ -176,8 +178,8 @@ def test_streamed_tool_call_equals_non_streamed(server: str) -> None:
     assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == ["tool_calls"]
 
 
-def test_named_tool_choice_calls_that_tool(server: str) -> None:
-    resp = client(server).chat.completions.create(
+def test_named_tool_choice_calls_that_tool(api: Any) -> None:
+    resp = api.chat.completions.create(
         model=MODEL_NAME,
         messages=ASK_WEATHER,
         tools=[WEATHER, CLOCK],
@@ -199,21 +201,21 @@ def test_named_tool_choice_calls_that_tool(server: str) -> None:
         ({"max_tokens": -1}, "max_tokens"),
     ],
 )
-def test_bad_requests_get_400(server: str, overrides: dict[str, Any], param: str) -> None:
+def test_bad_requests_get_400(api: Any, overrides: dict[str, Any], param: str) -> None:
     import openai
 
     kwargs: dict[str, Any] = {"model": MODEL_NAME, "messages": ASK_WEATHER, "max_tokens": 8, **overrides}
     with pytest.raises(openai.BadRequestError) as info:
-        client(server).chat.completions.create(**kwargs)
+        api.chat.completions.create(**kwargs)
     assert info.value.status_code == 400
     assert param in str(info.value)
 
 
-def test_prefix_cache_hits_on_a_repeated_prompt(server: str) -> None:
+def test_prefix_cache_hits_on_a_repeated_prompt(api: Any) -> None:
     system = "You are a careful assistant. " + " ".join(f"Rule {i}: answer briefly and politely." for i in range(60))
     messages = [{"role": "system", "content": system}, {"role": "user", "content": "Say hi."}]
-    first = client(server).chat.completions.create(model=MODEL_NAME, messages=messages, max_tokens=4, temperature=0)
-    second = client(server).chat.completions.create(model=MODEL_NAME, messages=messages, max_tokens=4, temperature=0)
+    first = api.chat.completions.create(model=MODEL_NAME, messages=messages, max_tokens=4, temperature=0)
+    second = api.chat.completions.create(model=MODEL_NAME, messages=messages, max_tokens=4, temperature=0)
     assert first.usage is not None and second.usage is not None and first.usage.prompt_tokens > 300
     details = second.usage.prompt_tokens_details
     assert details is not None and details.cached_tokens is not None
@@ -224,16 +226,16 @@ def test_concurrent_requests_all_complete(server: str) -> None:
     import openai
 
     async def run() -> list[Any]:
-        aclient = openai.AsyncOpenAI(base_url=f"{server}/v1", api_key="unused", timeout=300, max_retries=0)
         questions = [f"Count from {i} to {i + 5}." for i in range(6)]
-        return await asyncio.gather(
-            *(
-                aclient.chat.completions.create(
-                    model=MODEL_NAME, messages=[{"role": "user", "content": q}], max_tokens=24, temperature=0
+        async with openai.AsyncOpenAI(base_url=f"{server}/v1", api_key="unused", timeout=300, max_retries=0) as aio:
+            return await asyncio.gather(
+                *(
+                    aio.chat.completions.create(
+                        model=MODEL_NAME, messages=[{"role": "user", "content": q}], max_tokens=24, temperature=0
+                    )
+                    for q in questions
                 )
-                for q in questions
             )
-        )
 
     responses = asyncio.run(run())
     assert len(responses) == 6
@@ -248,7 +250,7 @@ def in_flight(base: str) -> float:
     return float(match.group(1))
 
 
-def test_disconnect_frees_the_slot(server: str) -> None:
+def test_disconnect_frees_the_slot(server: str, api: Any) -> None:
     body = {
         "model": MODEL_NAME,
         "messages": [{"role": "user", "content": "Write a very long story about a dragon."}],
@@ -270,12 +272,12 @@ def test_disconnect_frees_the_slot(server: str) -> None:
     while in_flight(server) > 0 and time.monotonic() < deadline:
         time.sleep(0.2)
     assert in_flight(server) == 0
-    after = client(server).chat.completions.create(
+    after = api.chat.completions.create(
         model=MODEL_NAME, messages=[{"role": "user", "content": "Hi"}], max_tokens=4, temperature=0
     )
     assert after.choices[0].finish_reason in ("stop", "length")
 
 
-def test_models_endpoint_names_the_served_model(server: str) -> None:
-    models = client(server).models.list()
+def test_models_endpoint_names_the_served_model(api: Any) -> None:
+    models = api.models.list()
     assert [m.id for m in models.data] == [MODEL_NAME]

@@ -15,6 +15,7 @@ module `__getattr__`) so that importing this module never fixes vllm's environme
 from __future__ import annotations
 
 import dataclasses
+import gc
 import logging
 import os
 import time
@@ -96,6 +97,8 @@ class VllmEngine:
         llm, self._llm = self._llm, _ClosedEngine()
         if not isinstance(llm, _ClosedEngine):
             llm.shutdown()
+            del llm
+            gc.collect()  # AsyncLLM.__del__ shuts down again; run it now, not at interpreter exit
 
     async def generate(self, req: GenerationRequest) -> AsyncGenerator[TokenDelta, None]:
         from vllm.exceptions import VLLMClientError, VLLMServerError
