@@ -1,8 +1,10 @@
 """A scripted engine for hermetic tests: the `Engine` protocol without a model.
 
 Knows: how to stream scripted replies as token deltas with vLLM's semantics — stop
-strings cut and excluded, `max_tokens` ends with "length", abort and consumer-close end
-the stream and free the slot, cumulative token counts, a simulated prefix cache.
+strings cut and excluded, `max_tokens` ends with "length", `abort(id)` ends the stream
+with a last delta whose finish reason is "abort", a consumer that closes the stream (or
+is cancelled) frees the slot, cumulative token counts (EOS counted), a simulated prefix
+cache (whole 16-token blocks of the longest prompt prefix seen before).
 Does not know: any model, vllm, torch, HTTP.
 
 Scripts: each reply is a `str` (streamed one character per token), a sequence of strings
