@@ -82,6 +82,8 @@ class Settings:
             return self.served_model_name
         if self.model is None:
             return EMBEDDED_MODEL_NAME
+        if self.model.startswith("embedded:"):  # the engine's name for the embedded model
+            return self.model.removeprefix("embedded:")
         return self.model.rstrip("/").rsplit("/", 1)[-1]
 
     @property
