@@ -1,0 +1,307 @@
+"""Quick-instruction heads without a model: prompts share the main prompt's prefix, the
+categorical heads' grammars, output decoding, and concurrent runs on a scripted engine."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import outlines_core
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from callgate import templates
+from callgate.constraints import token_vocabulary
+from callgate.errors import InvalidRequestError
+from callgate.formats import FORMATS, get_format
+from callgate.serving.engine import GenerationRequest
+from callgate.serving.fake_engine import FakeEngine, FakeReply, FakeTokenizer
+from callgate.serving.prompt import untrusted_spans
+from callgate.serving.quick import (
+    DEFAULT_LABELS,
+    HEADS,
+    Conversation,
+    QuickConfig,
+    QuickService,
+    check_tasks,
+    decode,
+    head_max_tokens,
+    head_prompt,
+    head_regex,
+    urls_in,
+)
+
+TASKS = tuple(HEADS)
+QUICK_FORMATS = tuple(name for name, f in FORMATS.items() if f.quick_tasks)
+CHAT = [
+    {"role": "system", "content": "You are brief."},
+    {"role": "user", "content": "Is https://example.com/a worth reading? Also see http://docs.test/b."},
+]
+
+
+def main_prompt(fmt: str, messages: Sequence[Mapping[str, Any]]) -> tuple[str, tuple[tuple[int, int], ...]]:
+    def render(msgs: Sequence[Mapping[str, Any]]) -> str:
+        return templates.render(fmt, msgs)
+
+    text = render(messages)
+    return text, untrusted_spans(render, messages, text)
+
+
+# ---- tasks and prompts ----------------------------------------------------------------------
+
+
+def test_every_format_but_v32_has_the_six_heads() -> None:
+    assert set(QUICK_FORMATS) == {"dsml-v4", "qwen3-xml", "hermes", "llama3-json", "mistral"}
+    for name in QUICK_FORMATS:
+        assert set(get_format(name).quick_tasks) == set(TASKS)
+
+
+def test_unknown_task_is_a_400_naming_it() -> None:
+    with pytest.raises(InvalidRequestError) as err:
+        check_tasks("hermes", ["title", "poem"])
+    assert err.value.status == 400 and "poem" in err.value.message and "tasks[1]" in err.value.message
+
+
+def test_a_format_without_heads_refuses_every_task() -> None:
+    with pytest.raises(InvalidRequestError, match="known: none"):
+        check_tasks("dsml-v3.2", ["action"])
+
+
+def test_duplicate_tasks_run_once_in_order() -> None:
+    assert check_tasks("hermes", ["query", "action", "query"]) == ("query", "action")
+
+
+@pytest.mark.parametrize("fmt", QUICK_FORMATS)
+@pytest.mark.parametrize("task", TASKS)
+def test_head_prompt_shares_the_main_prompt_up_to_the_user_text(fmt: str, task: str) -> None:
+    main, spans = main_prompt(fmt, CHAT)
+    head = head_prompt(fmt, CHAT, task)
+    user_end = spans[-1][1]
+    assert main[:user_end].endswith(CHAT[-1]["content"])
+    assert head.text[:user_end] == main[:user_end]
+    assert head.spans == spans  # the same content is untrusted in both, so it tokenises the same
+    assert get_format(fmt).quick_tasks[task] in head.text[user_end:]
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.sampled_from(QUICK_FORMATS), st.sampled_from(TASKS), st.text(min_size=1, max_size=40))
+def test_head_prefix_is_byte_stable_for_any_user_text(fmt: str, task: str, text: str) -> None:
+    messages = [{"role": "user", "content": "first " + text}]
+    main, spans = main_prompt(fmt, messages)
+    head = head_prompt(fmt, messages, task)
+    assert head.text[: spans[-1][1]] == main[: spans[-1][1]]
+
+
+@pytest.mark.parametrize("fmt", QUICK_FORMATS)
+def test_title_after_the_answer_keeps_the_answer_in_the_prefix(fmt: str) -> None:
+    answered = [*CHAT, {"role": "assistant", "content": "Yes, both are worth it."}]
+    head = head_prompt(fmt, answered, "title")
+    assert "Yes, both are worth it." in head.text
+    assert head.text.index("Yes, both") < head.text.rindex(get_format(fmt).quick_tasks["title"])
+
+
+def test_dsml_v4_heads_use_the_models_task_tokens() -> None:
+    spec = get_format("dsml-v4")
+    assert head_prompt("dsml-v4", CHAT, "query").text.endswith(CHAT[-1]["content"] + spec.quick_tasks["query"])
+    action = head_prompt("dsml-v4", CHAT, "action").text
+    assert action.endswith(spec.markers["assistant"] + "</think>" + spec.quick_tasks["action"])
+
+
+# ---- grammars and decoding -------------------------------------------------------------------
+
+
+def test_urls_of_the_last_user_message_in_order_without_trailing_punctuation() -> None:
+    messages = [*CHAT[:1], {"role": "user", "content": "old http://x.test"}, *CHAT[1:]]
+    assert urls_in(messages) == ("https://example.com/a", "http://docs.test/b")
+    assert urls_in([{"role": "user", "content": "no links"}]) == ()
+
+
+@pytest.mark.parametrize(
+    ("task", "good", "bad"),
+    [
+        ("action", ["search", "Search", "answer", "Answer"], ["maybe", "search.", "SEARCH", ""]),
+        ("authority", ["low", "High"], ["very high", "none"]),
+        ("domain", ["science", "Travel"], ["cooking", "science fiction"]),
+        (
+            "read_url",
+            ["https://example.com/a: yes\nhttp://docs.test/b: no"],
+            ["https://example.com/a: yes", "http://docs.test/b: no\nhttps://example.com/a: yes", "x: yes\ny: no"],
+        ),
+    ],
+)
+def test_categorical_heads_admit_exactly_their_labels(task: str, good: list[str], bad: list[str]) -> None:
+    regex = head_regex(task, DEFAULT_LABELS, urls_in(CHAT))
+    assert regex is not None
+    assert all(re.fullmatch(regex, g) for g in good)
+    assert not any(re.fullmatch(regex, b) for b in bad)
+
+
+@pytest.mark.parametrize("task", ["title", "query"])
+def test_text_heads_are_unconstrained_but_bounded(task: str) -> None:
+    assert head_regex(task, DEFAULT_LABELS, ()) is None
+    assert 0 < head_max_tokens(task, ()) <= 64
+
+
+def test_a_head_grammar_compiles_with_outlines_core_and_ends_after_the_label() -> None:
+    tok = FakeTokenizer()
+    vocab = token_vocabulary(tok.vocabulary(), tok.eos_token_id)
+    regex = head_regex("authority", DEFAULT_LABELS, ())
+    assert regex is not None
+    guide = outlines_core.Guide(outlines_core.Index(regex, vocab.inner))
+    for b in b"Medium":
+        assert b in guide.get_tokens()
+        guide.advance(b)
+    assert guide.get_tokens() == [tok.eos_token_id]
+
+
+def test_read_url_bound_covers_its_lines() -> None:
+    urls = urls_in(CHAT)
+    assert head_max_tokens("read_url", urls) >= len("\n".join(f"{u}: yes" for u in urls))
+
+
+@pytest.mark.parametrize(
+    ("task", "text", "expected"),
+    [
+        ("action", "Search", "search"),
+        ("action", " answer.\n", "answer"),
+        ("action", "perhaps", None),
+        ("domain", "Science", "science"),
+        ("authority", "extreme", None),
+        ("query", "1. mars rover news\n- perseverance 2025\n\n", ["mars rover news", "perseverance 2025"]),
+        ("title", '"Trip to Iceland"\nmore', "Trip to Iceland"),
+        ("title", "  ", None),
+        (
+            "read_url",
+            "https://example.com/a: yes\nhttp://docs.test/b: no",
+            {"https://example.com/a": True, "http://docs.test/b": False},
+        ),
+        ("read_url", "https://example.com/a: yes", None),
+    ],
+)
+def test_decode(task: str, text: str, expected: Any) -> None:
+    assert decode(task, text, DEFAULT_LABELS, urls_in(CHAT)) == expected
+
+
+# ---- running on a scripted engine -------------------------------------------------------------
+
+ANSWERS = {"action": "Search", "query": "example a\nexample b", "authority": "high", "domain": "technology"}
+ANSWERS |= {"title": "Reading two links", "read_url": "https://example.com/a: yes\nhttp://docs.test/b: no"}
+
+
+def scripted(fmt: str = "hermes", delay_s: float = 0.0) -> FakeEngine:
+    spec = get_format(fmt)
+
+    def respond(req: GenerationRequest) -> FakeReply:
+        task = max(spec.quick_tasks, key=lambda t: req.prompt.rfind(spec.quick_tasks[t]))
+        if req.prompt.rfind(spec.quick_tasks[task]) < 0:
+            return FakeReply(tuple("The main answer."), token_delay_s=delay_s)
+        return FakeReply(tuple(ANSWERS[task]), token_delay_s=delay_s)
+
+    return FakeEngine(respond=respond)
+
+
+async def test_all_heads_answer_in_their_shapes() -> None:
+    engine = scripted()
+    result = await QuickService(engine, "hermes").run(Conversation(tuple(CHAT)), TASKS)
+    assert result.results() == {
+        "action": "search",
+        "query": ["example a", "example b"],
+        "authority": "high",
+        "domain": "technology",
+        "title": "Reading two links",
+        "read_url": {"https://example.com/a": True, "http://docs.test/b": False},
+    }
+    usage = result.usage()
+    assert usage["completion_tokens"] == sum(len(a) + 1 for a in ANSWERS.values())  # + EOS each
+
+
+async def test_heads_are_greedy_constrained_where_categorical_and_bounded() -> None:
+    engine = scripted()
+    await QuickService(engine, "hermes").run(Conversation(tuple(CHAT)), TASKS)
+    by_task = {r.request_id.rsplit("-", 1)[-1]: r for r in engine.requests}
+    assert set(by_task) == set(TASKS)
+    for task, req in by_task.items():
+        assert req.sampling.temperature == 0.0
+        assert req.sampling.max_tokens == head_max_tokens(task, urls_in(CHAT))
+        regex = head_regex(task, DEFAULT_LABELS, urls_in(CHAT))
+        assert (req.constraint.regex if req.constraint else None) == regex
+
+
+async def test_unconstrained_config_sends_no_grammar() -> None:
+    engine = scripted()
+    await QuickService(engine, "hermes", QuickConfig(constrained=False)).run(Conversation(tuple(CHAT)), ["action"])
+    assert engine.requests[0].constraint is None
+
+
+async def test_request_labels_override_the_server_set() -> None:
+    engine = scripted()
+    labels = {"domain": ("technology", "cooking")}
+    result = await QuickService(engine, "hermes").run(Conversation(tuple(CHAT)), ["domain"], labels=labels)
+    assert result.results() == {"domain": "technology"}
+    assert engine.requests[0].constraint is not None and "ooking" in engine.requests[0].constraint.regex
+
+
+async def test_read_url_without_urls_generates_nothing() -> None:
+    engine = scripted()
+    result = await QuickService(engine, "hermes").run(Conversation(({"role": "user", "content": "hi"},)), ["read_url"])
+    assert result.results() == {"read_url": {}} and engine.requests == []
+
+
+async def test_heads_hit_the_prefix_cache_of_the_main_prompt() -> None:
+    engine = scripted()
+    main, spans = main_prompt("hermes", CHAT)
+    async for _ in engine.generate(GenerationRequest("main", main, _sampling(), None, spans)):
+        pass
+    result = await QuickService(engine, "hermes").run(Conversation(tuple(CHAT)), ["action", "domain"])
+    rates = result.prefix_cache()
+    shared = len(engine.tokenizer.encode(main[: spans[-1][1]], spans))  # tokens up to the user text's end
+    for run in result.runs:
+        assert run.cached_tokens == shared // 16 * 16  # every full block of the shared prefix
+        assert rates[run.task] == pytest.approx(run.cached_tokens / run.prompt_tokens, abs=1e-4)
+
+
+async def test_heads_run_concurrently() -> None:
+    engine = scripted(delay_s=0.01)
+    started = asyncio.get_running_loop().time()
+    await QuickService(engine, "hermes").run(Conversation(tuple(CHAT)), ["action", "authority", "domain"])
+    elapsed = asyncio.get_running_loop().time() - started
+    # sequentially ~ (7 + 5 + 11) tokens x 10 ms; concurrently ~ the longest head
+    assert elapsed < 0.2
+
+
+async def test_beside_runs_user_heads_early_and_title_on_the_answer() -> None:
+    engine = scripted()
+    service = QuickService(engine, "hermes")
+    beside = service.beside(Conversation(tuple(CHAT)), ["title", "action"], "chatcmpl-1")
+    await asyncio.sleep(0.05)
+    assert [r.request_id for r in engine.requests] == ["chatcmpl-1-q-action"]
+    answer = {"role": "assistant", "content": "Both links are worth reading."}
+    result = await beside.finish(answer)
+    assert [r.task for r in result.runs] == ["title", "action"]
+    title_req = engine.requests[-1]
+    assert title_req.request_id == "chatcmpl-1-q-title" and "Both links are worth reading." in title_req.prompt
+
+
+async def test_cancel_aborts_heads_still_running() -> None:
+    engine = scripted(delay_s=0.05)
+    beside = QuickService(engine, "hermes").beside(Conversation(tuple(CHAT)), ["query"], "chatcmpl-2")
+    await asyncio.sleep(0.02)
+    beside.cancel()
+    await asyncio.sleep(0.1)
+    assert engine.aborted == ["chatcmpl-2-q-query"] and engine.num_running() == 0
+
+
+def test_beside_refuses_an_unknown_task_before_starting_anything() -> None:
+    engine = scripted()
+    with pytest.raises(InvalidRequestError, match=r"callgate\.quick"):
+        QuickService(engine, "hermes").beside(Conversation(tuple(CHAT)), ["action", "poem"], "x")
+    assert engine.requests == []
+
+
+def _sampling() -> Any:
+    from callgate.serving.engine import SamplingParams
+
+    return SamplingParams(max_tokens=4, temperature=0.0)
