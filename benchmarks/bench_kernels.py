@@ -199,6 +199,69 @@ def Update(added: list[Any]) -> Any:  # stands in for vLLM's BatchUpdate
     return SimpleNamespace(removed=[], added=added, moved=[])
 
 
+# --- the embedded model's real vocabulary (SmolLM2, 49 152 ids), if converted already ----
+
+CALL_TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+                "required": ["city"],
+            },
+        },
+    }
+]
+CITY = "Saint-Martin-de-Belleville, Savoie, France " * 4
+CALL_JSON = json.dumps({"name": "get_weather", "arguments": {"city": CITY, "days": 3}})
+CALL_TEXT = f"Let me check the forecast.\n<tool_call>\n{CALL_JSON}\n</tool_call>"
+
+
+def embedded_folder() -> Path | None:
+    from callgate.serving.model_store import EMBEDDED_FOLDER, default_cache_dir, is_complete
+
+    folder = default_cache_dir() / EMBEDDED_FOLDER
+    return folder if is_complete(folder) else None
+
+
+def real_vocab_steps(folder: Path, batch: int) -> dict[str, float]:
+    """A scripted model on the real tokenizer writes CALL_TEXT under the lazy hermes grammar
+    (the processor's default tokenizer loader, constraints.build's regex and trigger)."""
+    from callgate.constraints import build
+    from callgate.constraints.processor import ConstrainedBatch, MaskTimings
+
+    proc = ConstrainedBatch(SimpleNamespace(model_config=SimpleNamespace(tokenizer=str(folder))), "cpu", False)
+    constraint = build("hermes", CALL_TOOLS, "auto", True, None, None)
+    assert constraint is not None
+    ref = {"key": constraint.key, "regex": constraint.regex, "trigger": constraint.trigger}
+    params = SimpleNamespace(extra_args={"callgate": ref})
+    intended = [*_tokenizer(folder).encode(CALL_TEXT), proc.tokens.vocabulary.eos_token_id]
+    width = proc.tokens.vocabulary.size
+    outputs: list[list[int]] = [[] for _ in range(batch)]
+    proc.update_state(Update(added=[(i, params, None, outputs[i]) for i in range(batch)]))
+    gen = torch.Generator().manual_seed(SEED)
+    proc.timings = MaskTimings()
+    for _ in range(len(intended)):
+        logits = torch.randn(batch, width, generator=gen)
+        for row, out in enumerate(outputs):
+            logits[row, intended[min(len(out), len(intended) - 1)]] += 100.0
+        proc.apply(logits)
+        for row, token in enumerate(logits.argmax(-1).tolist()):
+            outputs[row].append(token)
+    summary = proc.timings.summary()
+    summary["mean_step_us"] = statistics.fmean(proc.timings.step_ns) / 1e3
+    summary["followed_script"] = float(all(out == intended for out in outputs))
+    return summary
+
+
+def _tokenizer(folder: Path) -> Any:
+    from callgate.serving.tokenizer import HfTokenizer
+
+    return HfTokenizer(folder)
+
+
 def run_steps() -> dict[str, dict[str, float]]:
     steps = {}
     for label, batch, regex in (
@@ -209,12 +272,17 @@ def run_steps() -> dict[str, dict[str, float]]:
         for cache in (True, False):
             summary = processor_steps(batch, STEPS, cache, regex)
             steps[f"{label}_{'state_cache' if cache else 'no_cache'}"] = {k: round(v, 2) for k, v in summary.items()}
+    folder = embedded_folder()
+    for batch in (1, 8) if folder is not None else ():
+        assert folder is not None
+        steps[f"smollm2_call_batch{batch}"] = {k: round(v, 2) for k, v in real_vocab_steps(folder, batch).items()}
     return steps
 
 
 def print_steps(steps: dict[str, dict[str, float]]) -> None:
     print(f"\nConstrainedBatch.apply, {STEP_VOCAB}-token synthetic vocabulary, {STEPS} steps per case;")
-    print("batchN: hermes-like call grammar; string: one long free-text JSON string")
+    print("batchN: hermes-like call grammar; string: one long free-text JSON string;")
+    print("smollm2_call: the embedded model's tokenizer writing a hermes call under constraints.build's lazy grammar")
     cols = ("p50_step_us", "mean_step_us", "p99_step_us", "p50_token_us", "p99_token_us")
     print(f"{'case':>26}", " ".join(f"{c:>13}" for c in cols))
     for name, r in steps.items():
