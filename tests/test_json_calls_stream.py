@@ -1,0 +1,94 @@
+"""JSON family streaming behaviour: calls start as soon as their name is known, arguments
+stream canonically while they arrive, text is released promptly (only a possible marker
+is held back), and a block that turns out malformed ends in a diagnostic, not a call."""
+
+from __future__ import annotations
+
+import json
+
+from callgate.parsers import sequential_call_ids, stream_parser
+from callgate.types import ArgumentsDelta, CallEnd, CallStart, DiagnosticEvent, Event, TextDelta, arguments_json
+
+
+def _feed(format: str, pieces: list[str], thinking: bool = False) -> list[list[Event]]:
+    parser = stream_parser(format, None, thinking=thinking, call_ids=sequential_call_ids())
+    steps = [parser.feed(p) for p in pieces]
+    steps.append(parser.finish())
+    return steps
+
+
+def _args(events: list[Event]) -> str:
+    return "".join(e.text for e in events if isinstance(e, ArgumentsDelta))
+
+
+def test_hermes_arguments_stream_before_the_block_closes() -> None:
+    steps = _feed(
+        "hermes",
+        [
+            '<tool_call>\n{"name": "write", "arguments": {"path": "a.txt", "text": "hel',
+            "lo \\u00e9\\n wor",
+            'ld"}}\n</tool_call>',
+        ],
+    )
+    assert [type(e) for e in steps[0]] == [CallStart, ArgumentsDelta]
+    assert steps[0][0] == CallStart(0, "call_0", "write")
+    assert _args(steps[0]) == '{"path": "a.txt", "text": "hel'
+    assert _args(steps[1]) == "lo é\\n wor"
+    end = [e for e in steps[2] if isinstance(e, CallEnd)]
+    assert _args(steps[2]) == 'ld"}'
+    assert len(end) == 1 and end[0].candidate.arguments == {"path": "a.txt", "text": "hello é\n world"}
+
+
+def test_name_after_arguments_starts_the_call_at_its_end() -> None:
+    text = '<tool_call>\n{"arguments": {"q": 1}, "name": "f"}\n</tool_call>'
+    steps = _feed("hermes", [text[:-13], text[-13:]])
+    assert [type(e) for e in steps[0]] == [CallStart]
+    assert [type(e) for e in steps[1]] == [ArgumentsDelta, CallEnd]
+    assert _args(steps[1]) == '{"q": 1}'
+
+
+def test_llama3_streams_after_the_python_tag() -> None:
+    steps = _feed("llama3-json", ['<|python_tag|>{"name": "f", "parameters": {"k": [1, ', "2]}}<|eom_id|>"])
+    assert isinstance(steps[0][0], CallStart) and _args(steps[0]) == '{"k": [1, '
+    assert _args(steps[1]) == "2]}"
+
+
+def test_mistral_calls_start_when_the_list_is_complete_with_native_ids() -> None:
+    text = '[TOOL_CALLS][{"name": "f", "arguments": {"a": 1}, "id": "Abc123xyz"}, {"name": "g", "arguments": {}}]</s>'
+    steps = _feed("mistral", [text[:60], text[60:]])
+    assert steps[0] == []
+    starts = [e for e in steps[1] if isinstance(e, CallStart)]
+    assert starts == [CallStart(0, "Abc123xyz", "f"), CallStart(1, "call_1", "g")]
+    ends = [e for e in steps[1] if isinstance(e, CallEnd)]
+    assert [e.candidate.raw for e in ends] == [
+        '{"name": "f", "arguments": {"a": 1}, "id": "Abc123xyz"}',
+        '{"name": "g", "arguments": {}}',
+    ]
+
+
+def test_malformed_block_ends_with_a_diagnostic_not_a_call() -> None:
+    steps = _feed("hermes", ['<tool_call>\n{"name": "f", "arguments": {"a": 1', ', "a": 2}}\n</tool_call>'])
+    assert [type(e) for e in steps[0]] == [CallStart, ArgumentsDelta]
+    later = [e for step in steps[1:] for e in step]
+    assert not any(isinstance(e, CallEnd) for e in later)
+    assert [e.diagnostic.code for e in later if isinstance(e, DiagnosticEvent)] == ["duplicate_key"]
+
+
+def test_text_is_released_promptly() -> None:
+    text = "The answer < 5 is [x] and {y}; done. " * 20
+    for format in ("hermes", "llama3-json", "mistral"):
+        parser = stream_parser(format, None)
+        sent = ""
+        for k, ch in enumerate("Plain. " + text):
+            sent += "".join(e.text for e in parser.feed(ch) if isinstance(e, TextDelta))
+            # only a possible marker (<|...|>, [TOOL_...], a call) or one separator is held back
+            assert k + 1 - len(sent) <= 2, (format, k)
+        sent += "".join(e.text for e in parser.finish() if isinstance(e, TextDelta))
+        assert sent == "Plain. " + text
+
+
+def test_streamed_arguments_equal_the_canonical_json_for_odd_spacing() -> None:
+    body = '{ "name" : "f" ,\n "arguments" : { "x" : 1.50E+2 , "y" : [ ] , "z" : "\\/\\u0041" } }'
+    events = [e for step in _feed("hermes", ["<tool_call>\n", body, "\n</tool_call>"]) for e in step]
+    end = next(e for e in events if isinstance(e, CallEnd))
+    assert _args(events) == arguments_json(end.candidate.arguments) == json.dumps({"x": 150.0, "y": [], "z": "/A"})
