@@ -96,7 +96,7 @@ _URL_TRAILER = ".,;:!?)]}>"
 class QuickConfig:
     """Server-wide head settings: label sets of the categorical heads, constrained or not."""
 
-    labels: Mapping[str, tuple[str, ...]] = DEFAULT_LABELS
+    labels: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: DEFAULT_LABELS)
     constrained: bool = True
 
 
@@ -188,8 +188,14 @@ def head_regex(task: str, labels: Mapping[str, tuple[str, ...]], urls: Sequence[
     if spec.output != "choice":
         return None
     words = ACTION_LABELS if task == "action" else labels[task]
-    # the model may capitalise the first letter (DeepSeek writes "Search"); decoding folds case
-    return "(?:" + "|".join(f"[{w[0].lower()}{w[0].upper()}]" + _literal(w[1:]) for w in words) + ")"
+    return "(?:" + "|".join(_label(w) for w in words) + ")"
+
+
+def _label(word: str) -> str:
+    """A label, its first letter in either case (DeepSeek writes "Search"); decoding folds case."""
+    first = {word[0].lower(), word[0].upper()}
+    head = _literal(first.pop()) if len(first) == 1 else "(?:" + "|".join(_literal(c) for c in sorted(first)) + ")"
+    return head + _literal(word[1:])
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,7 +228,7 @@ def decode(task: str, text: str, labels: Mapping[str, tuple[str, ...]], urls: Se
     if spec.output == "choice":
         word = text.strip().strip(".").lower()
         allowed = ACTION_LABELS if task == "action" else labels[task]
-        return word if word in allowed else None
+        return next((w for w in allowed if w.lower() == word), None)
     if spec.output == "urls":
         return _decode_urls(text, urls)
     if spec.output == "lines":
