@@ -392,6 +392,65 @@ def _check_response_format(fmt: ResponseFormatWire | None) -> Mapping[str, Any] 
     return fmt.model_dump(exclude_none=True)
 
 
+# ---- POST /v1/quick (quick-instruction heads without a main generation) -------------------
+
+
+class QuickWire(_Wire):
+    model: str | None = None
+    messages: list[MessageWire] = Field(min_length=1)
+    tasks: list[str] = Field(min_length=1)
+    tools: list[ToolWire] | None = None
+    labels: dict[str, list[str]] | None = None  # label sets of authority / domain for this request
+    reasoning_effort: Literal["none", "minimal", "low", "medium", "high", "max"] | None = None
+    chat_template_kwargs: TemplateKwargsWire | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class QuickRequest:
+    """A validated /v1/quick request; task names are checked by the quick service."""
+
+    model: str | None
+    messages: tuple[Mapping[str, Any], ...]
+    tasks: tuple[str, ...]
+    tools: tuple[Mapping[str, Any], ...] | None
+    labels: Mapping[str, tuple[str, ...]]
+    reasoning_effort: str | None
+    thinking: bool
+
+
+_LABEL_TASKS = ("authority", "domain")
+
+
+def parse_quick_request(body: bytes, limits: Limits) -> QuickRequest:
+    """Raw body -> QuickRequest. Raises InvalidRequestError (400) / PayloadTooLargeError (413)."""
+    if len(body) > limits.max_body_bytes:
+        raise PayloadTooLargeError(f"request body is {len(body)} bytes; the limit is {limits.max_body_bytes}")
+    try:
+        wire = QuickWire.model_validate_json(body)
+    except ValidationError as exc:
+        raise _from_validation_error(exc) from None
+    if len(wire.tasks) > limits.max_quick_tasks:
+        raise InvalidRequestError(f"tasks: at most {limits.max_quick_tasks} tasks", param="tasks")
+    labels: dict[str, tuple[str, ...]] = {}
+    for task, words in (wire.labels or {}).items():
+        if task not in _LABEL_TASKS or not words or not all(w.strip() for w in words):
+            raise InvalidRequestError(
+                f"labels.{task}: label sets are non-empty lists of words for {' / '.join(_LABEL_TASKS)}",
+                param=f"labels.{task}",
+            )
+        labels[task] = tuple(dict.fromkeys(words))
+    kwargs = wire.chat_template_kwargs or TemplateKwargsWire()
+    return QuickRequest(
+        model=wire.model,
+        messages=_check_messages(wire.messages, limits),
+        tasks=tuple(wire.tasks),
+        tools=_check_tools(wire.tools, limits),
+        labels=labels,
+        reasoning_effort=wire.reasoning_effort,
+        thinking=bool(kwargs.enable_thinking or kwargs.thinking),
+    )
+
+
 # ---- response shapes ---------------------------------------------------------------------
 
 
