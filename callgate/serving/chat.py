@@ -67,6 +67,7 @@ from callgate.serving.protocol import (
     tool_call_dict,
     usage_dict,
 )
+from callgate.serving.quick import Conversation, QuickBeside, QuickConfig, QuickService
 from callgate.serving.settings import Settings
 from callgate.types import DiagnosticEvent, Event, ParseResult, ReasoningDelta, TextDelta, arguments_json
 
@@ -152,6 +153,8 @@ class _Turn:
         self.rounds: list[_Round] = []
         self.messages: list[Mapping[str, Any]] = list(req.messages)
         self.prompt: Prompt | None = None
+        self.quick: QuickBeside | None = None  # heads asked for in `callgate.quick`
+        self.quick_block: dict[str, Any] = {}
         self._closed = False
 
     @property
@@ -161,6 +164,8 @@ class _Turn:
     def close(self) -> None:
         if not self._closed:
             self._closed = True
+            if self.quick is not None:
+                self.quick.cancel()
             self.service.admission.release()
 
     def callgate_block(self) -> dict[str, Any]:
@@ -178,6 +183,7 @@ class _Turn:
             "repairs": max(0, len(self.rounds) - 1),
             "candidates": candidates,
             "diagnostics": diagnostics,
+            **self.quick_block,
         }
 
 
@@ -194,6 +200,7 @@ class ChatService:
             None if settings.audit_log is None else AuditLog(settings.audit_log, max_bytes=settings.audit_log_max_bytes)
         )
         self._vocabulary: dict[bytes, list[int]] | None = None
+        self.quick = QuickService(engine, settings.format, QuickConfig(constrained=settings.constrained))
 
     # ---- entry points -----------------------------------------------------------------
 
@@ -206,6 +213,10 @@ class ChatService:
             constraint = await self._constraint(req)
             turn = _Turn(self, req, constraint, started_s)
             await self._prompt(turn)  # fail fast: 400 for an oversized prompt before streaming
+            if req.quick:  # heads placed after the user turn start now, beside the main generation
+                tools = None if req.tool_choice == "none" else req.tools
+                conversation = Conversation(req.messages, tools, req.thinking, req.reasoning_effort)
+                turn.quick = self.quick.beside(conversation, req.quick, turn.completion_id)
             return turn
         except BaseException:
             self.admission.release()
@@ -223,6 +234,7 @@ class ChatService:
                 self._raise_on_bad_output(turn, rnd)
                 await self._validate(turn, rnd)
                 if rnd.accepted:
+                    await self._finish_quick(turn, rnd)
                     return self._response(turn, rnd)
                 self._next_round_or_reject(turn, rnd)
         finally:
@@ -264,6 +276,7 @@ class ChatService:
             self._raise_on_bad_output(turn, rnd)
             await self._validate(turn, rnd)
             if rnd.accepted:
+                await self._finish_quick(turn, rnd)
                 for chunk in self._final_chunks(turn, rnd):
                     yield chunk
                 return
@@ -437,6 +450,22 @@ class ChatService:
             raise ChatFailure(error, turn.callgate_block())
         self.metrics.repair()
         turn.messages += repair_messages(rnd.result, rnd.verdicts)
+
+    async def _finish_quick(self, turn: _Turn, rnd: _Round) -> None:
+        """Await the heads (answer-position ones run now, on the conversation plus the answer)."""
+        if turn.quick is None:
+            return
+        assert rnd.result is not None
+        answer: dict[str, Any] = {"role": "assistant", "content": rnd.result.content or ""}
+        calls = self._accepted_calls(rnd)
+        if calls:
+            answer["tool_calls"] = calls
+        result = await turn.quick.finish(answer)
+        turn.quick_block = {
+            "quick": result.results(),
+            "quick_usage": result.usage(),
+            "quick_prefix_cache": result.prefix_cache(),
+        }
 
     # ---- response shapes ----------------------------------------------------------------
 

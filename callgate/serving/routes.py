@@ -1,4 +1,4 @@
-"""HTTP routes: /v1/chat/completions, /v1/models, /health, /metrics.
+"""HTTP routes: /v1/chat/completions, /v1/quick, /v1/models, /health, /metrics.
 
 Knows: how a route reads its body (bounded), which service call answers it, how a
 non-streaming request is cancelled when its client disconnects, and how a stream is
@@ -22,7 +22,8 @@ from callgate.errors import NotFoundError, PayloadTooLargeError
 from callgate.serving import sse
 from callgate.serving.chat import ChatService
 from callgate.serving.metrics import CONTENT_TYPE, Metrics
-from callgate.serving.protocol import models_dict, parse_chat_request
+from callgate.serving.protocol import models_dict, parse_chat_request, parse_quick_request
+from callgate.serving.quick import Conversation, QuickResult
 
 
 def build_router(service: ChatService, metrics: Metrics) -> APIRouter:
@@ -52,6 +53,23 @@ def build_router(service: ChatService, metrics: Metrics) -> APIRouter:
             return Response(status_code=499)
         return JSONResponse(result)
 
+    @router.post("/v1/quick")
+    async def quick(request: Request) -> Response:
+        body = await _read_body(request, settings.limits.max_body_bytes)
+        req = parse_quick_request(body, settings.limits)
+        if req.model is not None and req.model != settings.model_name:
+            raise NotFoundError(f"model: {req.model!r} is not served here", param="model", code="model_not_found")
+        conversation = Conversation(req.messages, req.tools, req.thinking, req.reasoning_effort)
+        service.admission.acquire()
+        try:
+            work = service.quick.run(conversation, req.tasks, labels=req.labels)
+            result = await _unless_disconnected(request, _as_dict(work))
+        finally:
+            service.admission.release()
+        if result is None:
+            return Response(status_code=499)
+        return JSONResponse({"object": "callgate.quick", "model": settings.model_name, **result})
+
     @router.get("/v1/models")
     async def models() -> JSONResponse:
         return JSONResponse(models_dict(settings.model_name, created, service.engine.max_model_len))
@@ -65,6 +83,11 @@ def build_router(service: ChatService, metrics: Metrics) -> APIRouter:
         return Response(metrics.render(), media_type=CONTENT_TYPE)
 
     return router
+
+
+async def _as_dict(work: Awaitable[QuickResult]) -> dict[str, Any]:
+    result = await work
+    return {"results": result.results(), "usage": result.usage(), "prefix_cache": result.prefix_cache()}
 
 
 async def _read_body(request: Request, limit_bytes: int) -> bytes:
