@@ -48,12 +48,12 @@ def test_round_trip(case: Any, thinking: bool) -> None:
         assert completion[cand.span[0] : cand.span[1]] == cand.raw
 
 
-@settings(max_examples=25, deadline=None)
-@given(turns())
-def test_round_trip_streams_identically(case: Any) -> None:
+@settings(max_examples=20, deadline=None)
+@given(turns(), st.booleans())
+def test_round_trip_streams_identically(case: Any, thinking: bool) -> None:
     tools, context, turn, _ = case
-    completion = assistant_completion("hermes", context, turn, tools, eos=HERMES.eos)
-    check_split_invariance("hermes", completion, tools, splits=20)
+    completion = assistant_completion("hermes", context, turn, tools, thinking=thinking, eos=HERMES.eos)
+    check_split_invariance("hermes", completion, tools, thinking=thinking, splits=100)
 
 
 @settings(max_examples=50, deadline=None)

@@ -83,7 +83,22 @@ class JsonCallParser:
         self._i = 0  # position in _buf of the first unconsumed character
         self._final = False
         self._finished = False
-        self._state = _State.REASONING if thinking and spec.reasoning_open else _State.START
+        self._handlers = {
+            _State.START: self._start,
+            _State.REASONING: self._reasoning,
+            _State.CONTENT: self._content,
+            _State.BLOCK: self._block,
+            _State.BLOCK_FAILED: self._block_failed,
+            _State.BLOCK_TAIL: self._block_tail,
+            _State.BAD_BLOCK: self._bad_block,
+            _State.AFTER_CALL: self._after_call,
+            _State.SINGLE_TAIL: self._single_tail,
+            _State.TRAILING: self._trailing,
+            _State.AFTER_END: self._after_end,
+        }
+        self._state = _State.START
+        self._step = self._start
+        self._go(_State.REASONING if thinking and spec.reasoning_open else _State.START)
         # reasoning
         self._r_start = 0
         self._r_started = False
@@ -135,22 +150,13 @@ class JsonCallParser:
     # ---- the loop ------------------------------------------------------------------------
 
     def _run(self) -> list[Event]:
-        handlers = {
-            _State.START: self._start,
-            _State.REASONING: self._reasoning,
-            _State.CONTENT: self._content,
-            _State.BLOCK: self._block,
-            _State.BLOCK_FAILED: self._block_failed,
-            _State.BLOCK_TAIL: self._block_tail,
-            _State.BAD_BLOCK: self._bad_block,
-            _State.AFTER_CALL: self._after_call,
-            _State.SINGLE_TAIL: self._single_tail,
-            _State.TRAILING: self._trailing,
-            _State.AFTER_END: self._after_end,
-        }
-        while handlers[self._state]():
+        while self._step():
             pass
         return self._flush()
+
+    def _go(self, state: _State) -> None:
+        self._state = state
+        self._step = self._handlers[state]
 
     def _flush(self) -> list[Event]:
         events, self._events = self._events, []
@@ -175,11 +181,11 @@ class JsonCallParser:
             if rest.startswith(spec.reasoning_open):
                 self._i = i + len(spec.reasoning_open)
                 self._r_start = self._abs(i)
-                self._state = _State.REASONING
+                self._go(_State.REASONING)
                 return True
             if not self._final and spec.reasoning_open.startswith(rest):
                 return False
-        self._state = _State.CONTENT
+        self._go(_State.CONTENT)
         return True
 
     def _content(self) -> bool:
@@ -204,11 +210,11 @@ class JsonCallParser:
         if action == "block":
             return self._open_block(k, k + len(tok))
         if action == "end":
-            self._state = _State.AFTER_END
+            self._go(_State.AFTER_END)
         elif action == "text_before_call":
             self._diag("text_before_call", "a call only at the start of the output", _quote(tok), span)
             self._i = k
-            self._state = _State.BAD_BLOCK
+            self._go(_State.BAD_BLOCK)
         else:
             code = {"unbalanced": "unbalanced_tags", "stray_think": "stray_think_tag"}.get(
                 action, "special_token_in_content"
@@ -239,10 +245,10 @@ class JsonCallParser:
         if tok == spec.reasoning_close:
             self._r_newlines = 0
             self._lstrip = True
-            self._state = _State.CONTENT
+            self._go(_State.CONTENT)
         elif tok in spec.ends:
             self._diag("missing_think_end", _quote(spec.reasoning_close), _quote(tok), (self._r_start, self._abs(stop)))
-            self._state = _State.AFTER_END
+            self._go(_State.AFTER_END)
         else:
             opens = tok == spec.block_open
             if opens or not self._r_call_open:
@@ -277,7 +283,7 @@ class JsonCallParser:
         self._call_index = None
         self._args_sent = []
         self._i = json_start
-        self._state = _State.BLOCK
+        self._go(_State.BLOCK)
         return True
 
     def _block(self) -> bool:
@@ -289,12 +295,12 @@ class JsonCallParser:
         self._stream_call()
         if scan.done:
             if self._spec.layout == "object":
-                self._state = _State.BLOCK_TAIL
+                self._go(_State.BLOCK_TAIL)
             else:
                 self._close_block(j)
             return True
         if scan.failed:
-            self._state = _State.BLOCK_FAILED
+            self._go(_State.BLOCK_FAILED)
             return True
         return False
 
@@ -319,24 +325,24 @@ class JsonCallParser:
             assert tok is not None
             self._diag("unterminated_block", "the rest of the call", _quote(tok), (self._block_start, self._abs(i)))
             self._i = i + len(tok)
-            self._state = _State.AFTER_END
+            self._go(_State.AFTER_END)
             return True
         if tok is not None and tok == spec.block_close and not self._scan.started:
             self._diag("empty_call_block", "a JSON call", _quote(tok), (self._block_start, self._abs(i + len(tok))))
             self._i = i + len(tok)
-            self._state = _State.AFTER_CALL
+            self._go(_State.AFTER_CALL)
             return True
         if tok is not None and tok == spec.block_open and spec.layout == "object":
             self._diag("unbalanced_tags", "a JSON call object", _quote(tok), (self._abs(i), self._abs(i + len(tok))))
             self._i = i + len(tok)
-            self._state = _State.BAD_BLOCK
+            self._go(_State.BAD_BLOCK)
             return True
         self._diag(err.code, err.expected, _quote(err.got), (offset, offset + max(1, len(err.got))))
         if tok is not None and tok == spec.block_close:
             self._i = i + len(tok)
-            self._state = _State.AFTER_CALL
+            self._go(_State.AFTER_CALL)
         else:
-            self._state = _State.BAD_BLOCK
+            self._go(_State.BAD_BLOCK)
         return True
 
     def _block_tail(self) -> bool:
@@ -358,24 +364,24 @@ class JsonCallParser:
         span = (self._abs(k), self._abs(k + len(tok or buf[k])))
         if tok is None and spec.block_close.startswith(buf[k:]):  # the text ends inside the close tag
             self._i = len(buf)
-            self._state = _State.BLOCK_TAIL
+            self._go(_State.BLOCK_TAIL)
             return False
         if tok in spec.ends:
             self._diag("unterminated_block", _quote(spec.block_close), _quote(tok), (self._block_start, span[0]))
             self._i = span[1] - self._base
-            self._state = _State.AFTER_END
+            self._go(_State.AFTER_END)
             return True
         code = "unbalanced_tags" if tok == spec.block_open else "invalid_json"
         self._diag(code, _quote(spec.block_close), _quote(tok or buf[k]), span)
         self._i = span[1] - self._base
-        self._state = _State.BAD_BLOCK
+        self._go(_State.BAD_BLOCK)
         return True
 
     def _close_block(self, end: int) -> None:
         """The block's JSON (and close tag) is complete at buffer position `end`."""
         spec = self._spec
         self._i = end
-        self._state = _State.AFTER_CALL
+        self._go(_State.AFTER_CALL)
         span = (self._block_start, self._abs(end))
         raw = "".join(self._raw)
         body = "".join(self._json)
@@ -447,18 +453,18 @@ class JsonCallParser:
         end = spec.ends_set.at(buf, i)
         if end is not None:
             self._i = i + len(end)
-            self._state = _State.AFTER_END
+            self._go(_State.AFTER_END)
             return True
         if spec.layout == "list" and rest.startswith(spec.block_open):
             span = (self._abs(i), self._abs(i + len(spec.block_open)))
             self._diag("multiple_call_blocks", "one call block", _quote(spec.block_open), span)
-            self._state = _State.BAD_BLOCK
+            self._go(_State.BAD_BLOCK)
             self._i = i + len(spec.block_open)
             return True
         if not rest or (not self._final and self._could_continue(rest)):
             return False
         self._trail_start = self._abs(i)
-        self._state = _State.SINGLE_TAIL if spec.layout == "single" else _State.TRAILING
+        self._go(_State.SINGLE_TAIL if spec.layout == "single" else _State.TRAILING)
         return True
 
     def _could_continue(self, rest: str) -> bool:
@@ -478,9 +484,9 @@ class JsonCallParser:
         if buf[k] in "{[":
             span = (self._abs(k), self._abs(k + 1))
             self._diag("parallel_calls_unsupported", "one call", _quote(buf[k]), span)
-            self._state = _State.BAD_BLOCK
+            self._go(_State.BAD_BLOCK)
             return True
-        self._state = _State.TRAILING
+        self._go(_State.TRAILING)
         return True
 
     def _trailing(self) -> bool:
@@ -497,7 +503,7 @@ class JsonCallParser:
             return self._open_block(k, k + len(tok))
         self._diag("trailing_text", "the end of the turn", f"{span[1] - span[0]} characters", span)
         self._i = k + len(tok)
-        self._state = _State.AFTER_END
+        self._go(_State.AFTER_END)
         return True
 
     def _bad_block(self) -> bool:
@@ -508,7 +514,7 @@ class JsonCallParser:
             self._i = len(buf) if self._final else markers.hold_from(buf, i)
             return False
         self._i = m.end()
-        self._state = _State.AFTER_END if m.group() in self._spec.ends else _State.AFTER_CALL
+        self._go(_State.AFTER_END if m.group() in self._spec.ends else _State.AFTER_CALL)
         return True
 
     def _after_end(self) -> bool:
