@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -45,11 +46,15 @@ def token_vocabulary(tokens: Mapping[bytes, list[int]], eos_token_id: int) -> To
 
 
 class IndexCache:
-    """(vocabulary fingerprint, key) -> Index, with one compile per entry at a time."""
+    """(vocabulary fingerprint, key) -> Index, least recently used first out, with one
+    compile per entry at a time. Bounded: an Index holds every allowed transition, and free
+    text or a free-form JSON value allows most of the vocabulary in each of its states
+    (measured on SmolLM2's 49k tokens: tens to hundreds of MB for a free-form object)."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_entries: int = 64) -> None:
+        self.max_entries = max_entries
         self._lock = threading.Lock()
-        self._entries: dict[tuple[str, str], Any] = {}
+        self._entries: OrderedDict[tuple[str, str], Any] = OrderedDict()
         self._building: dict[tuple[str, str], threading.Lock] = {}
 
     def get(self, key: str, vocabulary: TokenVocabulary) -> Any | None:
@@ -59,6 +64,9 @@ class IndexCache:
         slot = (vocabulary.fingerprint, key)
         found = self._entries.get(slot)
         if found is not None:
+            with self._lock:
+                if slot in self._entries:
+                    self._entries.move_to_end(slot)
             return found
         with self._lock:
             gate = self._building.setdefault(slot, threading.Lock())
@@ -66,7 +74,10 @@ class IndexCache:
             found = self._entries.get(slot)
             if found is None:
                 found = outlines_core.Index(regex, vocabulary.inner)
-                self._entries[slot] = found
+                with self._lock:
+                    self._entries[slot] = found
+                    while len(self._entries) > self.max_entries:
+                        self._entries.popitem(last=False)
         with self._lock:
             self._building.pop(slot, None)
         return found

@@ -35,7 +35,7 @@ from typing import Any
 from callgate.constraints.text import alternation, literal
 from callgate.errors import SchemaTooComplexError
 
-GENERIC_DEPTH = 3
+GENERIC_DEPTH = 1
 REF_DEPTH = 3
 MAX_REPEAT = 256
 
