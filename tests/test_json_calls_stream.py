@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from callgate.parsers import sequential_call_ids, stream_parser
+from callgate.parsers import parse, sequential_call_ids, stream_parser
 from callgate.types import ArgumentsDelta, CallEnd, CallStart, DiagnosticEvent, Event, TextDelta, arguments_json
 
 
@@ -92,3 +92,12 @@ def test_streamed_arguments_equal_the_canonical_json_for_odd_spacing() -> None:
     events = [e for step in _feed("hermes", ["<tool_call>\n", body, "\n</tool_call>"]) for e in step]
     end = next(e for e in events if isinstance(e, CallEnd))
     assert _args(events) == arguments_json(end.candidate.arguments) == json.dumps({"x": 150.0, "y": [], "z": "/A"})
+
+
+def test_llama3_bare_json_is_an_answer_when_no_tools_are_enabled() -> None:
+    answer = '{"name": "Bob", "age": 7} is the record.<|eot_id|>'
+    assert parse("llama3-json", answer, []).content == answer.removesuffix("<|eot_id|>")
+    assert parse("llama3-json", answer, []).diagnostics == ()
+    assert [d.code for d in parse("llama3-json", answer).diagnostics] == ["bad_call_object", "trailing_text"]
+    tagged = parse("llama3-json", '<|python_tag|>{"name": "f", "parameters": {}}', [])
+    assert [d.code for d in tagged.diagnostics] == ["unknown_tool"]

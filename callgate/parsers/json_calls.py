@@ -7,6 +7,10 @@ candidate; calls are never dropped, renamed or repaired; a call to an undeclared
 candidate plus `unknown_tool`; a call inside reasoning is `call_in_reasoning`.
 Does not know: templates, constraints, engines or HTTP.
 
+llama3-json: a bare JSON object or array at the start of the output is a call attempt
+unless the caller passed `tools=[]` (no tools enabled), in which case it is an answer;
+`<|python_tag|>` is a call attempt either way.
+
 Streaming: `feed(delta)` looks only at the delta plus a bounded hold-back (a possibly
 partial marker, one held separator, a run of held newlines at the end of reasoning); the
 JSON of a block is scanned once by parsers/json_scan.py. A call's CallStart is sent as soon
@@ -75,6 +79,10 @@ class JsonCallParser:
     def __init__(self, spec: JsonFamilySpec, tools: Tools, *, thinking: bool, call_ids: CallIdFactory) -> None:
         self._spec = spec
         self._names = tool_names(tools)
+        # single layout: bare JSON at the start is a call only when tools may be called
+        # (golden/llama3-json/FORMAT.md 6: "only ... when tools are enabled"); tools=[] says
+        # none are, tools=None that the caller did not say.
+        self._bare_calls = tools is None or len(tools) > 0
         self._call_ids = call_ids
         self._builder = ResultBuilder()
         self._events: list[Event] = []
@@ -171,7 +179,7 @@ class JsonCallParser:
         spec, buf, i = self._spec, self._buf, self._i
         rest = buf[i:]
         if spec.layout == "single":
-            if rest[:1] in ("{", "["):
+            if rest[:1] in ("{", "[") and self._bare_calls:
                 return self._open_block(i, i)
             if rest.startswith(spec.block_open):
                 return self._open_block(i, i + len(spec.block_open))
@@ -211,6 +219,8 @@ class JsonCallParser:
             return self._open_block(k, k + len(tok))
         if action == "end":
             self._go(_State.AFTER_END)
+        elif action == "text_before_call" and tok != spec.block_open and not self._bare_calls:
+            self._text(tok)  # no tools declared: JSON in an answer is just text
         elif action == "text_before_call":
             self._diag("text_before_call", "a call only at the start of the output", _quote(tok), span)
             self._i = k
