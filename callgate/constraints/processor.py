@@ -217,7 +217,9 @@ class StateMasks:
 
     A state's mask is a pure function of the state, and filling one from the guide costs
     up to hundreds of microseconds where most of a large vocabulary is allowed (inside a
-    JSON string); copying a cached row costs about one. Bounded by `budget_bytes`."""
+    JSON string); copying a cached row costs about one. Bounded by `budget_bytes`.
+    Keyed by the grammar key, not the Index object: an Index evicted from the cache and
+    recompiled from the same regex and vocabulary numbers its states the same way."""
 
     def __init__(self, budget_bytes: int = 64 << 20) -> None:
         self.budget_bytes = budget_bytes
