@@ -92,6 +92,13 @@ def decode(text: str, types: tuple[str, ...]) -> TypedValue:
 
 
 def _scalar(text: str, kind: str) -> tuple[bool, Any]:
+    try:
+        return _scalar_value(text, kind)
+    except ValueError:  # over Python's 4300-digit int limit: no value the validator can use
+        return False, None
+
+
+def _scalar_value(text: str, kind: str) -> tuple[bool, Any]:
     if kind == "integer":
         return (True, int(text)) if _INTEGER.fullmatch(text) else (False, None)
     if kind == "number":
@@ -111,7 +118,7 @@ def _container(text: str, kind: type) -> tuple[bool, Any, bool]:
         return False, None, bool(text) and text[0] in "[{"
     try:
         value = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nesting deeper than the interpreter's stack
         return False, None, True
     return isinstance(value, kind), value, False
 
