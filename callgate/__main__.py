@@ -110,6 +110,7 @@ def _add_serve_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--max-schema-depth", type=int, default=lim.max_schema_depth, help="nesting depth of one tool schema"
     )
+    g.add_argument("--max-schema-refs", type=int, default=lim.max_schema_refs, help="'$ref's in one tool schema")
     g.add_argument("--max-tokens-limit", type=int, default=lim.max_tokens, help="largest max_tokens a client may ask")
     g.add_argument(
         "--default-max-tokens", type=int, default=lim.default_max_tokens, help="max_tokens when none is given"
@@ -151,6 +152,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
             max_tools=args.max_tools,
             max_schema_bytes=args.max_schema_bytes,
             max_schema_depth=args.max_schema_depth,
+            max_schema_refs=args.max_schema_refs,
             max_tokens=args.max_tokens_limit,
             default_max_tokens=args.default_max_tokens,
             max_stop_sequences=args.max_stop_sequences,

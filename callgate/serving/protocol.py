@@ -225,7 +225,7 @@ def _to_request(wire: ChatCompletionWire, limits: Limits) -> ChatRequest:
         stop=_check_stop(wire.stop, limits),
         stream=wire.stream,
         include_usage=bool(wire.stream_options and wire.stream_options.include_usage),
-        response_format=_check_response_format(wire.response_format),
+        response_format=_check_response_format(wire.response_format, limits),
         user=wire.user,
         max_repairs=ext.max_repairs,
         quick=tuple(ext.quick),
@@ -254,6 +254,16 @@ def _check_tools(tools: list[ToolWire] | None, limits: Limits) -> tuple[Mapping[
 
 
 def _check_schema(schema: dict[str, Any], param: str, limits: Limits) -> None:
+    canonical = _check_schema_bounds(schema, param, limits)
+    problem = _metaschema_problem(canonical)
+    if problem is not None:
+        raise InvalidRequestError(f"{param}: {problem}", param=param)
+    if schema.get("type", "object") != "object":
+        raise InvalidRequestError(f"{param}: the top-level type must be 'object'", param=param)
+
+
+def _check_schema_bounds(schema: dict[str, Any], param: str, limits: Limits) -> str:
+    """Size, nesting depth and `$ref` count of one schema against the limits; its canonical JSON."""
     canonical = json.dumps(schema, sort_keys=True)
     size = len(canonical.encode())
     if size > limits.max_schema_bytes:
@@ -265,11 +275,12 @@ def _check_schema(schema: dict[str, Any], param: str, limits: Limits) -> None:
         raise InvalidRequestError(
             f"{param}: schema nests {depth} deep; the limit is {limits.max_schema_depth}", param=param
         )
-    problem = _metaschema_problem(canonical)
-    if problem is not None:
-        raise InvalidRequestError(f"{param}: {problem}", param=param)
-    if schema.get("type", "object") != "object":
-        raise InvalidRequestError(f"{param}: the top-level type must be 'object'", param=param)
+    refs = _count_refs(schema)
+    if refs > limits.max_schema_refs:
+        raise InvalidRequestError(
+            f"{param}: schema has {refs} '$ref's; the limit is {limits.max_schema_refs}", param=param
+        )
+    return canonical
 
 
 @functools.lru_cache(maxsize=1024)
@@ -282,6 +293,14 @@ def _metaschema_problem(canonical: str) -> str | None:
         where = "/".join(str(p) for p in exc.path)
         return f"not a valid JSON Schema (Draft 2020-12) at '/{where}': {exc.message}"
     return None
+
+
+def _count_refs(value: Any) -> int:
+    if isinstance(value, dict):
+        return int(isinstance(value.get("$ref"), str)) + sum(_count_refs(v) for v in value.values())
+    if isinstance(value, list):
+        return sum(_count_refs(v) for v in value)
+    return 0
 
 
 def _depth(value: Any) -> int:
@@ -379,13 +398,14 @@ def _check_stop(stop: str | list[str] | None, limits: Limits) -> tuple[str, ...]
     return tuple(seqs)
 
 
-def _check_response_format(fmt: ResponseFormatWire | None) -> Mapping[str, Any] | None:
+def _check_response_format(fmt: ResponseFormatWire | None, limits: Limits) -> Mapping[str, Any] | None:
     if fmt is None or fmt.type == "text":
         return None
     if fmt.type == "json_schema":
         schema = (fmt.json_schema or {}).get("schema")
         if not isinstance(schema, dict):
             raise InvalidRequestError("response_format.json_schema.schema: must be an object", param="response_format")
+        _check_schema_bounds(schema, "response_format", limits)
         problem = _metaschema_problem(json.dumps(schema, sort_keys=True))
         if problem is not None:
             raise InvalidRequestError(f"response_format.json_schema.schema: {problem}", param="response_format")

@@ -28,6 +28,7 @@ class Limits:
     max_tools: int = 128
     max_schema_bytes: int = 64 * 1024  # serialised `parameters` of one tool
     max_schema_depth: int = 32  # JSON nesting (objects and arrays) of one tool's `parameters`
+    max_schema_refs: int = 64  # `$ref`s in one schema (each may expand the grammar)
     max_tokens: int = 4096  # the largest `max_tokens` a client may ask for
     default_max_tokens: int = 512  # when the client asks for none
     max_stop_sequences: int = 8
