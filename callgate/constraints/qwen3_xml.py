@@ -24,15 +24,11 @@ _SCALARS = {"integer": INTEGER, "number": NUMBER, "boolean": "(?:true|false|True
 
 
 def _value_markers(fmt: ToolCallFormat) -> list[str]:
+    """What ends or breaks a raw value for the parser (section 6.4). Control-token text is
+    fine inside a value, and every extra marker costs the compiled Index a state in which
+    most of the vocabulary is allowed."""
     m = fmt.markers
-    return [
-        m["parameter_close"],
-        m["parameter_open"],
-        m["function_close"],
-        m["call_open"],
-        m["call_close"],
-        *fmt.special_tokens,
-    ]
+    return [m["parameter_close"], m["parameter_open"], m["function_close"], m["call_open"], m["call_close"]]
 
 
 def content(fmt: ToolCallFormat) -> str:
