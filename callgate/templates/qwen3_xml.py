@@ -83,14 +83,15 @@ def neutralise(fmt: ToolCallFormat, text: str) -> str:
     return _marker_pattern(fmt).sub(lambda m: m.group()[0] + NEUTRALISER + m.group()[1:], text)
 
 
-_PATTERNS: dict[str, re.Pattern[str]] = {}
+_PATTERNS: dict[str, tuple[ToolCallFormat, re.Pattern[str]]] = {}
 
 
 def _marker_pattern(fmt: ToolCallFormat) -> re.Pattern[str]:
-    pattern = _PATTERNS.get(fmt.name)
-    if pattern is None:
-        pattern = _PATTERNS[fmt.name] = _compile_markers(fmt)
-    return pattern
+    """The compiled marker alternation of `fmt`, built once per format object."""
+    cached = _PATTERNS.get(fmt.name)
+    if cached is None or cached[0] is not fmt:
+        cached = _PATTERNS[fmt.name] = (fmt, _compile_markers(fmt))
+    return cached[1]
 
 
 def _compile_markers(fmt: ToolCallFormat) -> re.Pattern[str]:
