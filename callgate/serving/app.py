@@ -44,7 +44,7 @@ def create_app(settings: Settings, *, engine: Engine, validator: Validator | Non
         yield
         await engine.shutdown()
 
-    app = FastAPI(title="callgate", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    app = FastAPI(title="callgate", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url="/openapi.json")
     app.state.service = service
     app.include_router(build_router(service, metrics))
     _install_error_handlers(app)

@@ -471,6 +471,29 @@ def parse_quick_request(body: bytes, limits: Limits) -> QuickRequest:
     )
 
 
+# ---- the OpenAPI document ----------------------------------------------------------------
+
+
+def openapi_body(model: type[BaseModel]) -> dict[str, Any]:
+    """An operation's `requestBody` for FastAPI's `openapi_extra`: the wire model's JSON
+    Schema with its definitions inlined (the routes read raw bodies, so FastAPI cannot
+    infer one; the document serves clients and API fuzzers)."""
+    schema = model.model_json_schema()
+    defs = schema.pop("$defs", {})
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": _inline(schema, defs)}}}}
+
+
+def _inline(node: Any, defs: Mapping[str, Any]) -> Any:
+    if isinstance(node, dict):
+        ref = node.get("$ref")
+        if isinstance(ref, str) and ref.startswith("#/$defs/"):
+            return _inline(defs[ref.removeprefix("#/$defs/")], defs)
+        return {k: _inline(v, defs) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_inline(v, defs) for v in node]
+    return node
+
+
 # ---- response shapes ---------------------------------------------------------------------
 
 

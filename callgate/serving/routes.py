@@ -22,7 +22,14 @@ from callgate.errors import NotFoundError, PayloadTooLargeError
 from callgate.serving import sse
 from callgate.serving.chat import ChatService
 from callgate.serving.metrics import CONTENT_TYPE, Metrics
-from callgate.serving.protocol import models_dict, parse_chat_request, parse_quick_request
+from callgate.serving.protocol import (
+    ChatCompletionWire,
+    QuickWire,
+    models_dict,
+    openapi_body,
+    parse_chat_request,
+    parse_quick_request,
+)
 from callgate.serving.quick import Conversation, QuickResult
 
 
@@ -31,7 +38,7 @@ def build_router(service: ChatService, metrics: Metrics) -> APIRouter:
     created = int(time.time())
     router = APIRouter()
 
-    @router.post("/v1/chat/completions")
+    @router.post("/v1/chat/completions", openapi_extra=openapi_body(ChatCompletionWire))
     async def chat_completions(request: Request) -> Response:
         body = await _read_body(request, settings.limits.max_body_bytes)
         req = parse_chat_request(body, settings.limits)
@@ -53,7 +60,7 @@ def build_router(service: ChatService, metrics: Metrics) -> APIRouter:
             return Response(status_code=499)
         return JSONResponse(result)
 
-    @router.post("/v1/quick")
+    @router.post("/v1/quick", openapi_extra=openapi_body(QuickWire))
     async def quick(request: Request) -> Response:
         body = await _read_body(request, settings.limits.max_body_bytes)
         req = parse_quick_request(body, settings.limits)
