@@ -29,7 +29,12 @@ BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "serve":
-        return serve(settings_from_args(args), engine_kind=args.engine, fake_script=args.fake_script)
+        return serve(
+            settings_from_args(args),
+            engine_kind=args.engine,
+            fake_script=args.fake_script,
+            fake_token_delay_s=args.fake_token_delay,
+        )
     return bench(args.name, args.args)
 
 
@@ -90,6 +95,9 @@ def _add_serve_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--engine", default="vllm", choices=["vllm", "fake"], help="'fake': scripted replies, for tests")
     g.add_argument(
         "--fake-script", default=None, help="JSON file: list of scripted replies for --engine fake (the last repeats)"
+    )
+    g.add_argument(
+        "--fake-token-delay", type=float, default=0.0, help="seconds per token for --engine fake (load tests)"
     )
     g = p.add_argument_group("tool calls and validation")
     g.add_argument("--validator-url", default=None, help="POST each candidate to this validator (default: built-in)")
@@ -168,7 +176,9 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
     )
 
 
-def serve(settings: Settings, *, engine_kind: str = "vllm", fake_script: str | None = None) -> int:
+def serve(
+    settings: Settings, *, engine_kind: str = "vllm", fake_script: str | None = None, fake_token_delay_s: float = 0.0
+) -> int:
     """Build the engine and serve until interrupted."""
     import uvicorn
 
@@ -179,7 +189,10 @@ def serve(settings: Settings, *, engine_kind: str = "vllm", fake_script: str | N
         logging.getLogger("callgate").warning(
             "serving on %s without --api-key: anyone who can reach it may use it", settings.host
         )
-    engine = build_fake_engine(settings, fake_script) if engine_kind == "fake" else build_vllm_engine(settings)
+    if engine_kind == "fake":
+        engine = build_fake_engine(settings, fake_script, token_delay_s=fake_token_delay_s)
+    else:
+        engine = build_vllm_engine(settings)
     app = create_app(settings, engine=engine)
     uvicorn.run(app, host=settings.host, port=settings.port, log_level=settings.log_level, timeout_graceful_shutdown=5)
     return 0
@@ -194,7 +207,7 @@ def build_vllm_engine(settings: Settings) -> Engine:
     return engine
 
 
-def build_fake_engine(settings: Settings, script: str | None) -> Engine:
+def build_fake_engine(settings: Settings, script: str | None, *, token_delay_s: float = 0.0) -> Engine:
     """A scripted engine: replies from a JSON list (strings, or lists of delta strings), in
     order; the last one repeats once the list is used up (so load tests can run on it)."""
     from callgate.serving.fake_engine import FakeEngine
@@ -208,6 +221,7 @@ def build_fake_engine(settings: Settings, script: str | None) -> Engine:
         respond=None if last is None else (lambda req: last),
         model_name=settings.model_name,
         max_model_len=settings.max_model_len,
+        token_delay_s=token_delay_s,
     )
 
 
