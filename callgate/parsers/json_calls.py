@@ -34,22 +34,11 @@ from enum import Enum, auto
 
 from callgate.formats import ToolCallFormat
 from callgate.parsers.base import CallIdFactory, ResultBuilder, StreamParser, Tools, tool_names
+from callgate.parsers.json_emit import CallEmitter, diagnostic, quote
 from callgate.parsers.json_scan import JsonScanner
-from callgate.parsers.json_shape import CallShape, ShapeError, check_call_list, check_call_object
-from callgate.parsers.json_spec import JsonFamilySpec, MarkerSet, json_family_spec
-from callgate.types import (
-    ArgumentsDelta,
-    CallEnd,
-    CallStart,
-    Diagnostic,
-    DiagnosticEvent,
-    Event,
-    ParseResult,
-    ReasoningDelta,
-    TextDelta,
-    ToolCallCandidate,
-    arguments_json,
-)
+from callgate.parsers.json_shape import ShapeError, check_call_list, check_call_object
+from callgate.parsers.json_spec import JsonFamilySpec, json_family_spec
+from callgate.types import Event, ParseResult, ReasoningDelta, TextDelta
 
 _WS = " \t\r\n"
 _LLAMA_TAIL_SKIP = " \t\r\n;"
@@ -69,23 +58,18 @@ class _State(Enum):
     AFTER_END = auto()  # after the end-of-turn token
 
 
-def _quote(text: str, limit: int = 24) -> str:
-    return json.dumps(text if len(text) <= limit else text[:limit] + "...", ensure_ascii=False)
-
-
 class JsonCallParser:
     """Per-request parser for one JSON-family format. See the module docstring."""
 
     def __init__(self, spec: JsonFamilySpec, tools: Tools, *, thinking: bool, call_ids: CallIdFactory) -> None:
         self._spec = spec
-        self._names = tool_names(tools)
         # single layout: bare JSON at the start is a call only when tools may be called
         # (golden/llama3-json/FORMAT.md 6: "only ... when tools are enabled"); tools=[] says
         # none are, tools=None that the caller did not say.
         self._bare_calls = tools is None or len(tools) > 0
-        self._call_ids = call_ids
         self._builder = ResultBuilder()
         self._events: list[Event] = []
+        self._calls = CallEmitter(spec.format, tool_names(tools), call_ids, self._events)
         self._buf = ""
         self._base = 0  # absolute offset of _buf[0]
         self._i = 0  # position in _buf of the first unconsumed character
@@ -119,19 +103,9 @@ class JsonCallParser:
         self._scan = JsonScanner()
         self._raw: list[str] = []
         self._json: list[str] = []
-        self._call_index: int | None = None
-        self._call_id = ""
-        self._args_sent: list[str] = []
-        self._n_calls = 0
         # trailing text
         self._trail_start = -1
         self._end_trail_start = -1
-        self._block_markers = MarkerSet.of(
-            (*spec.ends, spec.block_open, *([spec.block_close] if spec.block_close else ()))
-        )
-        self._skip_markers = MarkerSet.of((*spec.ends, *([spec.block_close] if spec.block_close else ())))
-        trailing = (*spec.ends, spec.block_open) if spec.layout == "object" else spec.ends
-        self._trailing_markers = MarkerSet.of(trailing)
 
     # ---- StreamParser --------------------------------------------------------------------
 
@@ -167,7 +141,8 @@ class JsonCallParser:
         self._step = self._handlers[state]
 
     def _flush(self) -> list[Event]:
-        events, self._events = self._events, []
+        events = self._events[:]
+        self._events.clear()
         return self._builder.add(events)
 
     def _abs(self, i: int) -> int:
@@ -222,14 +197,14 @@ class JsonCallParser:
         elif action == "text_before_call" and tok != spec.block_open and not self._bare_calls:
             self._text(tok)  # no tools declared: JSON in an answer is just text
         elif action == "text_before_call":
-            self._diag("text_before_call", "a call only at the start of the output", _quote(tok), span)
+            self._diag("text_before_call", "a call only at the start of the output", quote(tok), span)
             self._i = k
             self._go(_State.BAD_BLOCK)
         else:
             code = {"unbalanced": "unbalanced_tags", "stray_think": "stray_think_tag"}.get(
                 action, "special_token_in_content"
             )
-            self._diag(code, "plain text", _quote(tok), span)
+            self._diag(code, "plain text", quote(tok), span)
         return True
 
     def _text(self, text: str) -> None:
@@ -257,13 +232,13 @@ class JsonCallParser:
             self._lstrip = True
             self._go(_State.CONTENT)
         elif tok in spec.ends:
-            self._diag("missing_think_end", _quote(spec.reasoning_close), _quote(tok), (self._r_start, self._abs(stop)))
+            self._diag("missing_think_end", quote(spec.reasoning_close), quote(tok), (self._r_start, self._abs(stop)))
             self._go(_State.AFTER_END)
         else:
             opens = tok == spec.block_open
             if opens or not self._r_call_open:
                 span = (self._abs(stop), self._abs(self._i))
-                self._diag("call_in_reasoning", "no call inside reasoning", _quote(tok), span)
+                self._diag("call_in_reasoning", "no call inside reasoning", quote(tok), span)
             self._r_call_open = opens
             self._think(tok)
         return True
@@ -290,8 +265,7 @@ class JsonCallParser:
         self._scan_base = self._abs(json_start)
         self._raw = [self._buf[start:json_start]]
         self._json = []
-        self._call_index = None
-        self._args_sent = []
+        self._calls.drop()
         self._i = json_start
         self._go(_State.BLOCK)
         return True
@@ -316,38 +290,37 @@ class JsonCallParser:
 
     def _stream_call(self) -> None:
         scan = self._scan
-        if self._call_index is None and scan.name:
-            self._start_call(scan.name, None)
-        if scan.out and self._call_index is not None:
-            text = scan.take_output()
-            self._args_sent.append(text)
-            self._events.append(ArgumentsDelta(self._call_index, text))
+        if not self._calls.open and scan.name:
+            self._calls.start(scan.name, None)
+        if scan.out:
+            self._calls.arguments(scan.take_output())
 
     def _block_failed(self) -> bool:
         spec, buf, i = self._spec, self._buf, self._i
         err = self._scan.error
         assert err is not None
-        tok = self._block_markers.at(buf, i) if err.code == "invalid_json" else None
-        if tok is None and err.code == "invalid_json" and not self._final and self._block_markers.could_start(buf, i):
+        json_error, markers = err.code == "invalid_json", spec.block_markers
+        tok = markers.at(buf, i) if json_error else None
+        if tok is None and json_error and not self._final and markers.could_start(buf, i):
             return False
         offset = self._scan_base + err.offset
         if tok in spec.ends:
             assert tok is not None
-            self._diag("unterminated_block", "the rest of the call", _quote(tok), (self._block_start, self._abs(i)))
+            self._diag("unterminated_block", "the rest of the call", quote(tok), (self._block_start, self._abs(i)))
             self._i = i + len(tok)
             self._go(_State.AFTER_END)
             return True
         if tok is not None and tok == spec.block_close and not self._scan.started:
-            self._diag("empty_call_block", "a JSON call", _quote(tok), (self._block_start, self._abs(i + len(tok))))
+            self._diag("empty_call_block", "a JSON call", quote(tok), (self._block_start, self._abs(i + len(tok))))
             self._i = i + len(tok)
             self._go(_State.AFTER_CALL)
             return True
         if tok is not None and tok == spec.block_open and spec.layout == "object":
-            self._diag("unbalanced_tags", "a JSON call object", _quote(tok), (self._abs(i), self._abs(i + len(tok))))
+            self._diag("unbalanced_tags", "a JSON call object", quote(tok), (self._abs(i), self._abs(i + len(tok))))
             self._i = i + len(tok)
             self._go(_State.BAD_BLOCK)
             return True
-        self._diag(err.code, err.expected, _quote(err.got), (offset, offset + max(1, len(err.got))))
+        self._diag(err.code, err.expected, quote(err.got), (offset, offset + max(1, len(err.got))))
         if tok is not None and tok == spec.block_close:
             self._i = i + len(tok)
             self._go(_State.AFTER_CALL)
@@ -368,8 +341,8 @@ class JsonCallParser:
             self._raw.append(spec.block_close)
             self._close_block(k + len(spec.block_close))
             return True
-        tok = self._block_markers.at(buf, k)
-        if tok is None and not self._final and self._block_markers.could_start(buf, k):
+        tok = spec.block_markers.at(buf, k)
+        if tok is None and not self._final and spec.block_markers.could_start(buf, k):
             return False
         span = (self._abs(k), self._abs(k + len(tok or buf[k])))
         if tok is None and spec.block_close.startswith(buf[k:]):  # the text ends inside the close tag
@@ -377,12 +350,12 @@ class JsonCallParser:
             self._go(_State.BLOCK_TAIL)
             return False
         if tok in spec.ends:
-            self._diag("unterminated_block", _quote(spec.block_close), _quote(tok), (self._block_start, span[0]))
+            self._diag("unterminated_block", quote(spec.block_close), quote(tok), (self._block_start, span[0]))
             self._i = span[1] - self._base
             self._go(_State.AFTER_END)
             return True
         code = "unbalanced_tags" if tok == spec.block_open else "invalid_json"
-        self._diag(code, _quote(spec.block_close), _quote(tok or buf[k]), span)
+        self._diag(code, quote(spec.block_close), quote(tok or buf[k]), span)
         self._i = span[1] - self._base
         self._go(_State.BAD_BLOCK)
         return True
@@ -396,7 +369,7 @@ class JsonCallParser:
         raw = "".join(self._raw)
         body = "".join(self._json)
         if not body.strip():
-            self._diag("empty_call_block", "a JSON call", _quote(raw), span)
+            self._diag("empty_call_block", "a JSON call", quote(raw), span)
             return
         value = json.loads(body)  # the scanner has checked it is strict JSON
         if spec.layout == "single" and isinstance(value, list):
@@ -407,7 +380,7 @@ class JsonCallParser:
             if isinstance(shape, ShapeError):
                 self._shape_error(shape, span)
             else:
-                self._emit_call(shape, raw, span)
+                self._calls.end(shape, raw, span)
             return
         shapes = check_call_list(spec, value)
         if isinstance(shapes, ShapeError):
@@ -415,39 +388,13 @@ class JsonCallParser:
             return
         for shape, (s, e) in zip(shapes, self._scan.element_spans, strict=True):
             lo = self._scan_base - self._block_start
-            self._emit_call(shape, raw[lo + s : lo + e], (self._scan_base + s, self._scan_base + e))
+            self._calls.end(shape, raw[lo + s : lo + e], (self._scan_base + s, self._scan_base + e))
 
     def _shape_error(self, err: ShapeError, span: tuple[int, int]) -> None:
         if self._spec.layout == "list" and err.element < len(self._scan.element_spans):
             s, e = self._scan.element_spans[err.element]
             span = (self._scan_base + s, self._scan_base + e)
         self._diag(err.code, err.expected, err.got, span)
-
-    def _start_call(self, name: str, native_id: str | None) -> None:
-        index = self._n_calls
-        self._n_calls += 1
-        self._call_index = index
-        self._call_id = native_id or self._call_ids(index)
-        self._events.append(CallStart(index, self._call_id, name))
-
-    def _emit_call(self, shape: CallShape, raw: str, span: tuple[int, int]) -> None:
-        if self._call_index is None:
-            self._start_call(shape.name, shape.call_id)
-        index = self._call_index
-        assert index is not None
-        final = arguments_json(shape.arguments)
-        sent = "".join(self._args_sent)
-        self._call_index = None
-        self._args_sent = []
-        if not final.startswith(sent):  # a scanner bug must never pass as a call
-            self._diag("argument_stream_mismatch", _quote(final), _quote(sent), span)
-            return
-        if len(final) > len(sent):
-            self._events.append(ArgumentsDelta(index, final[len(sent) :]))
-        if self._names is not None and shape.name not in self._names:
-            self._diag("unknown_tool", "a declared tool", _quote(shape.name), span)
-        candidate = ToolCallCandidate(self._call_id, shape.name, shape.arguments, raw, span, self._spec.format)
-        self._events.append(CallEnd(index, candidate))
 
     # ---- after a block -------------------------------------------------------------------
 
@@ -467,7 +414,7 @@ class JsonCallParser:
             return True
         if spec.layout == "list" and rest.startswith(spec.block_open):
             span = (self._abs(i), self._abs(i + len(spec.block_open)))
-            self._diag("multiple_call_blocks", "one call block", _quote(spec.block_open), span)
+            self._diag("multiple_call_blocks", "one call block", quote(spec.block_open), span)
             self._go(_State.BAD_BLOCK)
             self._i = i + len(spec.block_open)
             return True
@@ -493,7 +440,7 @@ class JsonCallParser:
             return False
         if buf[k] in "{[":
             span = (self._abs(k), self._abs(k + 1))
-            self._diag("parallel_calls_unsupported", "one call", _quote(buf[k]), span)
+            self._diag("parallel_calls_unsupported", "one call", quote(buf[k]), span)
             self._go(_State.BAD_BLOCK)
             return True
         self._go(_State.TRAILING)
@@ -501,7 +448,7 @@ class JsonCallParser:
 
     def _trailing(self) -> bool:
         buf, i = self._buf, self._i
-        markers = self._trailing_markers
+        markers = self._spec.trailing_markers
         m = markers.find(buf, i)
         if m is None:
             self._i = len(buf) if self._final else markers.hold_from(buf, i)
@@ -518,7 +465,7 @@ class JsonCallParser:
 
     def _bad_block(self) -> bool:
         buf, i = self._buf, self._i
-        markers = self._skip_markers
+        markers = self._spec.skip_markers
         m = markers.find(buf, i)
         if m is None:
             self._i = len(buf) if self._final else markers.hold_from(buf, i)
@@ -539,7 +486,7 @@ class JsonCallParser:
         state, spec = self._state, self._spec
         end = self._abs(len(self._buf))
         if state == _State.REASONING:
-            self._diag("missing_think_end", _quote(spec.reasoning_close), "end of text", (self._r_start, end))
+            self._diag("missing_think_end", quote(spec.reasoning_close), "end of text", (self._r_start, end))
         elif state == _State.BLOCK:
             self._scan.finish()
             if self._scan.done and spec.layout != "object":
@@ -547,7 +494,7 @@ class JsonCallParser:
                 return
             self._diag("unterminated_block", "the rest of the call", "end of text", (self._block_start, end))
         elif state == _State.BLOCK_TAIL:
-            self._diag("unterminated_block", _quote(spec.block_close), "end of text", (self._block_start, end))
+            self._diag("unterminated_block", quote(spec.block_close), "end of text", (self._block_start, end))
         elif state in (_State.TRAILING, _State.SINGLE_TAIL):
             self._diag(
                 "trailing_text",
@@ -560,8 +507,7 @@ class JsonCallParser:
             self._diag("trailing_text", "nothing after the end of the turn", f"{end - span[0]} characters", span)
 
     def _diag(self, code: str, expected: str, got: str, span: tuple[int, int]) -> None:
-        message = f"expected {expected}, got {got} at offset {span[0]}"
-        self._events.append(DiagnosticEvent(Diagnostic(code, message, span)))
+        self._events.append(diagnostic(code, expected, got, span))
 
 
 def make_parser(fmt: ToolCallFormat, tools: Tools, *, thinking: bool, call_ids: CallIdFactory) -> StreamParser:

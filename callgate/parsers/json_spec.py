@@ -95,6 +95,9 @@ class JsonFamilySpec:
     content_actions: dict[str, Action]
     ends_set: MarkerSet
     reasoning_markers: MarkerSet
+    block_markers: MarkerSet  # what may stop a block's JSON: ends, open, close
+    skip_markers: MarkerSet  # where a malformed block stops: ends, close
+    trailing_markers: MarkerSet  # what ends text after a call: ends (and open, object layout)
 
 
 def _content_actions(fmt: ToolCallFormat, layout: Layout, block_open: str, block_close: str) -> dict[str, Action]:
@@ -136,6 +139,7 @@ def json_family_spec(format: str) -> JsonFamilySpec:
     actions = _content_actions(fmt, layout, block_open, block_close)
     id_pattern = m.get("call_id_pattern")
     reasoning = tuple(t for t in (fmt.reasoning_close, block_open, block_close, *_ends(fmt)) if t)
+    closes = (block_close,) if block_close else ()
     return JsonFamilySpec(
         format=fmt.name,
         layout=layout,
@@ -153,4 +157,7 @@ def json_family_spec(format: str) -> JsonFamilySpec:
         content_actions=actions,
         ends_set=MarkerSet.of(_ends(fmt)),
         reasoning_markers=MarkerSet.of(reasoning),
+        block_markers=MarkerSet.of((*_ends(fmt), block_open, *closes)),
+        skip_markers=MarkerSet.of((*_ends(fmt), *closes)),
+        trailing_markers=MarkerSet.of((*_ends(fmt), block_open) if layout == "object" else _ends(fmt)),
     )
