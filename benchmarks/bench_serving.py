@@ -29,10 +29,12 @@ import json
 import os
 import platform
 import random
+import signal
 import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -330,11 +332,13 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--max-tokens", type=int, default=64, help="output tokens per request")
     p.add_argument("--max-num-seqs", type=int, default=16, help="engine batch size (both servers)")
     p.add_argument("--max-model-len", type=int, default=2048)
-    p.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="OMP_NUM_THREADS of both engines")
+    p.add_argument(
+        "--threads", type=int, default=max(1, (os.cpu_count() or 2) - 1), help="OMP_NUM_THREADS of both engines"
+    )
     p.add_argument("--kv-cache-gib", type=int, default=1)
     p.add_argument("--servers", default="callgate,vllm", help="which servers to run, in order")
     p.add_argument("--startup-timeout-s", type=float, default=900.0)
-    p.add_argument("--log-dir", default="/tmp", help="where the servers' logs go")
+    p.add_argument("--log-dir", default=None, help="where the servers' logs go (default: a fresh temp folder)")
     p.add_argument("--chart", default=str(ROOT / "benchmarks" / "serving.png"))
     p.add_argument("--no-chart", action="store_true")
     return p.parse_args()
@@ -342,6 +346,8 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> None:
     args = parse_args()
+    args.log_dir = args.log_dir or tempfile.mkdtemp(prefix="bench_serving-")
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop the servers on the way out
     from callgate.serving.model_store import resolve_model
     from callgate.serving.tokenizer import HfTokenizer
     from callgate.templates import render
