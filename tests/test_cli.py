@@ -160,3 +160,12 @@ def test_the_real_engine_gets_the_resolved_folder_config_and_environment(
         "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
         "OMP_NUM_THREADS": "2",
     }
+
+
+def test_readme_configuration_lists_every_serve_flag() -> None:
+    readme = (Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Configuration", 1)[1].split("\n## ", 1)[0]
+    serve = build_parser()._subparsers._group_actions[0].choices["serve"]  # type: ignore[union-attr]
+    flags = {f for a in serve._actions for f in a.option_strings if f.startswith("--") and f != "--help"}
+    missing = sorted(f for f in flags if f"`{f}" not in section)
+    assert not missing, f"README Configuration does not describe {missing}"
