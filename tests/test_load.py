@@ -1,0 +1,404 @@
+"""Load and faults against a real `callgate serve` process (FakeEngine, 127.0.0.1 only).
+
+Knows: how to start and stop a server process (`ServerProcess`, also used by the shutdown
+and API-fuzz tests), how to read its /health, /metrics and resident memory, and what a
+complete answer or a clear error looks like at the wire.
+Checks: at 4x the batch size with a mix of streaming, tool calls and invalid requests
+every request gets exactly one complete answer or one clear error and nothing hangs;
+queue overflow answers 429 before any generation could finish; memory comes back to its
+starting level; a disconnect storm leaves no running generation and each dropped stream
+stops within a few tokens; a slow, down and flapping validator never lets a candidate
+through without an accepted verdict, and /health stays responsive meanwhile.
+Does not know: the real model (tests/test_e2e_serving.py and benchmarks/bench_reliability.py).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+TOOL = {
+    "type": "function",
+    "function": {"name": "ping", "parameters": {"type": "object", "properties": {"n": {"type": "integer"}}}},
+}
+CALL = '<tool_call>\n{"name": "ping", "arguments": {"n": 1}}\n</tool_call>'
+ASK = [{"role": "user", "content": "ping"}]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class ServerProcess:
+    """A running `python -m callgate serve --engine fake` on a free loopback port."""
+
+    proc: subprocess.Popen[bytes]
+    base: str
+    log_path: Path
+
+    def health(self, timeout_s: float = 2.0) -> dict[str, Any]:
+        resp = httpx.get(self.base + "/health", timeout=timeout_s)
+        assert resp.status_code == 200
+        doc: dict[str, Any] = resp.json()
+        return doc
+
+    def metric(self, name: str) -> float:
+        """Sum of every sample of the Prometheus metric `name` (all label sets)."""
+        text = httpx.get(self.base + "/metrics", timeout=5).text
+        pattern = re.compile(rf"^{re.escape(name)}(?:\{{[^}}]*\}})? (\S+)$", re.M)
+        return sum(float(v) for v in pattern.findall(text))
+
+    def rss_bytes(self) -> int:
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+        raise AssertionError("no VmRSS")
+
+    def output(self) -> str:
+        return self.log_path.read_text(encoding="utf-8", errors="replace")
+
+
+@contextmanager
+def serve_fake(
+    tmp_path: Path, replies: Sequence[str | list[str]], *flags: str, token_delay_s: float = 0.0
+) -> Iterator[ServerProcess]:
+    """Start the server on scripted replies (the last repeats); SIGTERM it on exit."""
+    script = tmp_path / f"replies-{len(list(tmp_path.iterdir()))}.json"
+    script.write_text(json.dumps(list(replies)), encoding="utf-8")
+    port = free_port()
+    cmd = [sys.executable, "-m", "callgate", "serve", "--engine", "fake", "--fake-script", str(script)]
+    cmd += ["--port", str(port), "--fake-token-delay", str(token_delay_s), "--log-level", "warning", *flags]
+    log_path = script.with_suffix(".log")
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+    server = ServerProcess(proc, f"http://127.0.0.1:{port}", log_path)
+    try:
+        _wait_healthy(server)
+        yield server
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def _wait_healthy(server: ServerProcess) -> None:
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            server.health(timeout_s=1)
+            return
+        except (httpx.TransportError, AssertionError):
+            pass
+        if server.proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"callgate serve did not start:\n{server.output()}")
+        time.sleep(0.05)
+
+
+def wait_until(probe: Callable[[], bool], timeout_s: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if probe():
+            return True
+        time.sleep(0.02)
+    return probe()
+
+
+# ---- one request, classified ----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    kind: str  # "answer" | "stream" | error type | "incomplete" | "transport"
+    status: int
+    latency_s: float
+    call_ids: tuple[str, ...] = ()
+
+
+def error_kind(resp: httpx.Response) -> str:
+    """The OpenAI error type of a 4xx/5xx body; 'malformed_error' when it has not that shape."""
+    try:
+        err = resp.json()["error"]
+    except (ValueError, KeyError, TypeError):
+        return "malformed_error"
+    if not (isinstance(err, dict) and {"message", "type", "param", "code"} <= set(err) and err["message"]):
+        return "malformed_error"
+    return str(err["type"])
+
+
+def run_request(client: httpx.Client, kind: str) -> Outcome:
+    """Send one request of `kind` and classify what came back."""
+    start = time.monotonic()
+    try:
+        if kind == "invalid_json":
+            resp = client.post("/v1/chat/completions", content=b'{"messages": [', headers=JSON)
+        elif kind == "invalid_schema":
+            bad = {"type": "function", "function": {"name": "x", "parameters": {"type": 5}}}
+            resp = client.post("/v1/chat/completions", json={"messages": ASK, "tools": [bad]})
+        elif kind == "stream":
+            return _stream(client, start)
+        else:
+            resp = client.post("/v1/chat/completions", json={"messages": ASK, "tools": [TOOL]})
+    except httpx.TransportError:
+        return Outcome("transport", 0, time.monotonic() - start)
+    latency_s = time.monotonic() - start
+    if resp.status_code != 200:
+        return Outcome(error_kind(resp), resp.status_code, latency_s)
+    calls = resp.json()["choices"][0]["message"].get("tool_calls") or []
+    return Outcome("answer", 200, latency_s, tuple(c["id"] for c in calls))
+
+
+JSON = {"content-type": "application/json"}
+
+
+def _stream(client: httpx.Client, start: float) -> Outcome:
+    body = {"messages": ASK, "tools": [TOOL], "stream": True}
+    with client.stream("POST", "/v1/chat/completions", json=body) as resp:
+        if resp.status_code != 200:
+            resp.read()
+            return Outcome(error_kind(resp), resp.status_code, time.monotonic() - start)
+        payloads = [line[6:] for line in resp.iter_lines() if line.startswith("data: ")]
+    latency_s = time.monotonic() - start
+    if not payloads or payloads[-1] != "[DONE]":
+        return Outcome("incomplete", 200, latency_s)
+    chunks = [json.loads(p) for p in payloads[:-1]]
+    if any("error" in c for c in chunks):
+        return Outcome(str(next(c for c in chunks if "error" in c)["error"]["type"]), 200, latency_s)
+    finishes = [ch["finish_reason"] for c in chunks for ch in c.get("choices", []) if ch.get("finish_reason")]
+    if len(finishes) != 1:
+        return Outcome("incomplete", 200, latency_s)
+    ids = [t["id"] for c in chunks for ch in c["choices"] for t in ch["delta"].get("tool_calls") or [] if "id" in t]
+    return Outcome("stream", 200, latency_s, tuple(ids))
+
+
+@dataclass
+class LoadRun:
+    outcomes: list[Outcome] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def kinds(self) -> Counter[str]:
+        return Counter(o.kind for o in self.outcomes)
+
+
+def load(base: str, concurrency: int, per_client: int, mix: Sequence[str], timeout_s: float = 30.0) -> LoadRun:
+    """`concurrency` clients, each sending `per_client` requests cycling through `mix`."""
+    run = LoadRun()
+
+    def client(k: int) -> None:
+        with httpx.Client(base_url=base, timeout=timeout_s) as c:
+            for i in range(per_client):
+                outcome = run_request(c, mix[(k + i) % len(mix)])
+                with run.lock:
+                    run.outcomes.append(outcome)
+
+    threads = [threading.Thread(target=client, args=(k,)) for k in range(concurrency)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(timeout=timeout_s * per_client + 10)
+    assert not any(th.is_alive() for th in threads), "a client hung"
+    assert len(run.outcomes) == concurrency * per_client
+    return run
+
+
+# ---- tests ---------------------------------------------------------------------------------
+
+BATCH = 2  # --max-num-seqs
+TOKEN_DELAY_S = 0.01  # CALL is ~60 tokens: a generation takes >= 0.6 s
+
+
+@pytest.mark.slow
+def test_mixed_load_at_four_times_the_batch(tmp_path: Path) -> None:
+    flags = ("--max-num-seqs", str(BATCH), "--max-queue", str(BATCH))
+    with serve_fake(tmp_path, [CALL], *flags, token_delay_s=TOKEN_DELAY_S) as server:
+        load(server.base, 2, 2, ["call"])  # warm-up: first imports, first compile
+        rss_before = server.rss_bytes()
+        mix = ["call", "stream", "invalid_json", "call", "stream", "invalid_schema"]
+        run = load(server.base, 4 * BATCH, 6, mix)
+        kinds = run.kinds()
+        assert set(kinds) <= {"answer", "stream", "invalid_request_error", "rate_limit_error"}, kinds
+        assert kinds["answer"] and kinds["stream"] and kinds["rate_limit_error"], kinds
+        assert kinds["invalid_request_error"] == 16  # 2 of every 6 requests: always refused, never queued
+        assert all(len(o.call_ids) == 1 for o in run.outcomes if o.kind in ("answer", "stream"))
+        one_generation_s = 60 * TOKEN_DELAY_S
+        assert all(o.latency_s < one_generation_s for o in run.outcomes if o.status == 429)
+        assert all(o.status == 400 for o in run.outcomes if o.kind == "invalid_request_error")
+        assert wait_until(lambda: server.health()["in_flight"] == 0)
+        assert server.metric("callgate_engine_running") == 0
+        load(server.base, 4 * BATCH, 6, mix)  # a second round may not grow memory further
+        rss_after = server.rss_bytes()
+        assert rss_after - rss_before < 32 * 1024 * 1024, (rss_before, rss_after)
+        assert "Traceback" not in server.output()
+
+
+def drop_stream(base: str, read_chunks: int) -> int:
+    """Open a plain streamed answer, read `read_chunks` content chunks, hang up; returns
+    the characters (= FakeEngine tokens) seen."""
+    seen = chars = 0
+    with httpx.Client(base_url=base, timeout=10) as c:
+        with c.stream("POST", "/v1/chat/completions", json={"messages": ASK, "stream": True}) as resp:
+            assert resp.status_code == 200
+            for line in resp.iter_lines():
+                if line.startswith("data: {"):
+                    chars += sum(len(ch["delta"].get("content") or "") for ch in json.loads(line[6:])["choices"])
+                    seen += 1
+                if seen > read_chunks:
+                    break  # leaving the block closes the connection mid-stream
+    return chars
+
+
+LONG_REPLY = "word " * 400  # 2000 tokens: 20 s at TOKEN_DELAY_S if nobody stopped it
+
+
+@pytest.mark.slow
+def test_one_dropped_stream_stops_within_a_few_tokens(tmp_path: Path) -> None:
+    with serve_fake(tmp_path, [LONG_REPLY], token_delay_s=TOKEN_DELAY_S) as server:
+        before = server.metric("callgate_completion_tokens_total")
+        seen = drop_stream(server.base, 3)
+        assert wait_until(lambda: server.metric("callgate_engine_running") == 0, timeout_s=5)
+        generated = server.metric("callgate_completion_tokens_total") - before
+        assert seen <= generated <= seen + 10, (seen, generated)
+
+
+@pytest.mark.slow
+def test_disconnect_storm_leaves_nothing_running(tmp_path: Path) -> None:
+    clients = 16
+    flags = ("--max-num-seqs", "8", "--max-queue", "16")
+    with serve_fake(tmp_path, [LONG_REPLY], *flags, token_delay_s=TOKEN_DELAY_S) as server:
+        before = server.metric("callgate_completion_tokens_total")
+        threads = [threading.Thread(target=drop_stream, args=(server.base, 3)) for _ in range(clients)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join(timeout=30)
+        assert wait_until(lambda: server.metric("callgate_engine_running") == 0, timeout_s=10)
+        assert server.health()["in_flight"] == 0
+        generated = server.metric("callgate_completion_tokens_total") - before
+        # On a loaded machine the server runs ahead of slow readers (socket buffers), so the
+        # bound is loose: every generation stopped far before its 2000 tokens.
+        assert generated < clients * 2000 / 4, generated
+        assert load(server.base, 2, 1, ["call"]).kinds()["answer"] == 2  # still serving
+
+
+class FlakyValidator:
+    """A downstream validator whose behaviour changes while the server is under load:
+    'accept', 'slow' (past callgate's timeout), 'down' (503) or 'close' (connection dropped)."""
+
+    def __init__(self) -> None:
+        self.mode = "accept"
+        self.accepted: set[str] = set()
+        self._lock = threading.Lock()
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                envelope = json.loads(self.rfile.read(int(self.headers["content-length"])))
+                outer.answer(self, envelope)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/validate"
+        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def answer(self, handler: BaseHTTPRequestHandler, envelope: Mapping[str, Any]) -> None:
+        mode = self.mode
+        if mode == "close":
+            handler.close_connection = True
+            handler.connection.shutdown(socket.SHUT_RDWR)
+            return
+        if mode == "slow":
+            time.sleep(1.5)
+        status = 503 if mode == "down" else 200
+        body = json.dumps({"verdict": "accepted"} if status == 200 else {"error": "down"}).encode()
+        if status == 200:
+            with self._lock:
+                self.accepted.add(str(envelope["call_id"]))
+        handler.send_response(status)
+        handler.send_header("content-type", "application/json")
+        handler.send_header("content-length", str(len(body)))
+        handler.end_headers()
+        handler.wfile.write(body)
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.mark.slow
+def test_validator_faults_during_load(tmp_path: Path) -> None:
+    validator = FlakyValidator()
+    audit = tmp_path / "audit.jsonl"
+    flags: tuple[str, ...] = ("--max-num-seqs", "4", "--max-queue", "16", "--validator-url", validator.url)
+    flags += ("--validator-timeout", "0.5", "--audit-log", str(audit), "--max-repairs", "0")
+    health_latencies: list[float] = []
+    stop = threading.Event()
+    try:
+        with serve_fake(tmp_path, [CALL], *flags, token_delay_s=0.002) as server:
+
+            def flap() -> None:
+                for mode in ["accept", "slow", "down", "accept", "close", "slow", "accept", "down"] * 3:
+                    if stop.is_set():
+                        return
+                    validator.mode = mode
+                    time.sleep(0.3)
+
+            def probe_health() -> None:
+                while not stop.is_set():
+                    t0 = time.monotonic()
+                    server.health(timeout_s=5)
+                    health_latencies.append(time.monotonic() - t0)
+                    time.sleep(0.05)
+
+            side = [threading.Thread(target=flap), threading.Thread(target=probe_health)]
+            for th in side:
+                th.start()
+            run = load(server.base, 8, 8, ["call", "stream"])
+            stop.set()
+            for th in side:
+                th.join()
+            kinds = run.kinds()
+            assert set(kinds) <= {"answer", "stream", "validator_unavailable"}, kinds
+            assert kinds["validator_unavailable"] and (kinds["answer"] + kinds["stream"]), kinds
+            returned = {cid for o in run.outcomes for cid in o.call_ids}
+            assert returned <= validator.accepted  # nothing passed on without an accepted verdict
+            records = [json.loads(line) for line in audit.read_text(encoding="utf-8").splitlines()]
+            accepted = {r["call_id"] for r in records if r["verdict"]["verdict"] == "accepted"}
+            assert returned <= accepted
+            assert health_latencies and max(health_latencies) < 5
+    finally:
+        stop.set()
+        validator.close()
+
+
+def test_error_kind_reads_openai_errors_only() -> None:
+    req = httpx.Request("POST", "http://t/")
+    good = {"error": {"message": "m", "type": "rate_limit_error", "param": None, "code": None}}
+    assert error_kind(httpx.Response(429, json=good, request=req)) == "rate_limit_error"
+    assert error_kind(httpx.Response(500, text="Internal Server Error", request=req)) == "malformed_error"
+    assert error_kind(httpx.Response(400, json={"detail": "x"}, request=req)) == "malformed_error"
