@@ -25,7 +25,7 @@ from typing import Any
 
 import jsonschema
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, Phase, assume, given, settings
 
 import callgate.constraints as constraints
 from callgate.constraints.json_schema import GENERIC_DEPTH
@@ -151,7 +151,9 @@ def test_rendered_calls_walk_the_index(fmt: str, smol: SmolTokenizer) -> None:
     single = fmt == "llama3-json"
 
     @given(tool_and_calls(forbidden=FORBIDDEN.get(fmt, ()), max_calls=1 if single else 3))
-    @settings(max_examples=4, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+    @settings(
+        max_examples=4, deadline=None, suppress_health_check=list(HealthCheck), database=None, phases=(Phase.generate,)
+    )
     def check(case: tuple[list[dict[str, Any]], list[tuple[str, dict[str, Any]]]]) -> None:
         tools, calls = case
         constraints.CACHE.clear()

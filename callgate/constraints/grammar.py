@@ -6,13 +6,17 @@ calls) and when `auto` can be lazy. Does not know: vocabularies or compilation.
 The regex covers the text before the end-of-turn token: the model's EOS token is allowed
 only where the regex can end, and the parser is handed the text plus the format's EOS.
 
+[reasoning] is the rest of the block when the prompt opened one (`thinking`), else an
+optional block the model may open itself where the format reads one (hermes).
+
 Modes:
 * none             -- [reasoning] content; the call syntax cannot be produced.
 * auto (lazy)      -- `trigger` set; `regex` is the call block from the trigger on. Text
                       before the trigger is free; once the trigger appears, the rest must be
-                      a complete block. Used where content may precede calls and no
-                      reasoning block is open (otherwise a trigger inside reasoning would
-                      force a call there).
+                      a complete block. Used where content may precede calls and the prompt
+                      opened no reasoning block (otherwise a trigger inside reasoning would
+                      force a call there). A reasoning block the model opens itself is free
+                      text here too: a trigger inside it is the one lazy-mode gap.
 * auto (eager)     -- [reasoning] content [calls]  (llama3-json: content | call).
 * required         -- [reasoning] calls (one or more; exactly one when not parallel).
 * named            -- [reasoning] exactly one call to that tool.
@@ -51,7 +55,8 @@ def grammar(req: GrammarRequest) -> Grammar:
     fmt = get_format(req.format)
     fam = family(fmt)
     thinking = req.thinking and fmt.reasoning_close is not None
-    prefix = fam.reasoning(fmt) if thinking else ""
+    leading = getattr(fam, "leading_reasoning", lambda f: "")(fmt)
+    prefix = fam.reasoning(fmt) if thinking else leading
     if req.mode == "response_format":
         assert req.response_schema is not None
         schema = req.response_schema
@@ -69,7 +74,7 @@ def _auto(fmt: ToolCallFormat, fam: ModuleType, req: GrammarRequest, prefix: str
     if req.response_schema is not None:
         answer = schema_regex(req.response_schema, Context(root=req.response_schema), "response_format")
         return Grammar(f"{prefix}(?:{answer}|{calls})", None)
-    if mixes and not prefix:
+    if mixes and not req.thinking:
         return Grammar(calls, fmt.call_trigger)
     content: str = fam.content(fmt)
     if not mixes:

@@ -48,6 +48,14 @@ def reasoning(fmt: ToolCallFormat) -> str:
     return text_without(fmt.special_tokens) + literal(fmt.reasoning_close) + "\n{0,2}"
 
 
+def leading_reasoning(fmt: ToolCallFormat) -> str:
+    """A reasoning block the model may open itself (Qwen3 writes `<think>\n\n</think>\n\n`
+    even when not thinking); "" where the format has none."""
+    if fmt.reasoning_open is None or fmt.reasoning_close is None:
+        return ""
+    return f"(?:{literal(fmt.reasoning_open)}{reasoning(fmt)})?"
+
+
 def calls(fmt: ToolCallFormat, tools: Sequence[ToolSpec], *, parallel: bool) -> str:
     """One call (parallel=False) or one or more, starting with the format's call trigger."""
     layout = fmt.markers["call_layout"]
