@@ -15,9 +15,11 @@ import json
 import logging
 import os
 import runpy
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from types import FrameType
 
 from callgate.formats import FORMATS
 from callgate.serving.engine import Engine
@@ -194,8 +196,20 @@ def serve(
     else:
         engine = build_vllm_engine(settings)
     app = create_app(settings, engine=engine)
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level=settings.log_level, timeout_graceful_shutdown=5)
+    # uvicorn drains on SIGTERM, then re-raises the signal under the handler that was there
+    # before it; a no-op one there makes a drained shutdown exit 0, as supervisors expect.
+    previous = signal.signal(signal.SIGTERM, _drained)
+    try:
+        uvicorn.run(
+            app, host=settings.host, port=settings.port, log_level=settings.log_level, timeout_graceful_shutdown=5
+        )
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     return 0
+
+
+def _drained(signum: int, frame: FrameType | None) -> None:
+    """SIGTERM after uvicorn's graceful shutdown: nothing is left to stop."""
 
 
 def build_vllm_engine(settings: Settings) -> Engine:
