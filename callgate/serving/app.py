@@ -8,6 +8,7 @@ the chat flow, or the wire shapes.
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import logging
 from collections.abc import AsyncIterator
@@ -19,6 +20,7 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from callgate.errors import AuthenticationError, CallgateError
+from callgate.serving import sse
 from callgate.serving.chat import ChatFailure, ChatService
 from callgate.serving.engine import Engine
 from callgate.serving.metrics import Metrics
@@ -80,15 +82,24 @@ class _Gate:
             self._metrics.request(route, 401)
             return
         status = 500
+        started = streaming = False
 
         async def send_counted(message: Message) -> None:
-            nonlocal status
+            nonlocal status, started, streaming
             if message["type"] == "http.response.start":
-                status = message["status"]
+                status, started = message["status"], True
+                streaming = (b"content-type", sse.MEDIA_TYPE.encode()) in {
+                    (k.lower(), v.split(b";")[0]) for k, v in message.get("headers", [])
+                }
             await send(message)
 
         try:
             await self._app(scope, receive, send_counted)
+        except asyncio.CancelledError:
+            # Only uvicorn cancels a request task: the server is stopping and its grace period
+            # is over. The client gets a clear ending instead of a bare 500 or a cut stream.
+            status = 503 if not started else status
+            await _shutting_down(send, started, streaming)
         finally:
             self._metrics.request(route, status)
 
@@ -96,6 +107,20 @@ class _Gate:
         assert self._expected is not None
         given = next((v for k, v in scope["headers"] if k == b"authorization"), b"")
         return hmac.compare_digest(given, self._expected)
+
+
+async def _shutting_down(send: Send, started: bool, streaming: bool) -> None:
+    """End a request cancelled by the server's shutdown: a 503 error, or (a stream already
+    under way) a terminal SSE error event and `[DONE]`."""
+    err = CallgateError("the server is shutting down; retry on another replica", code="server_shutting_down")
+    err.status, err.error_type = 503, "server_error"
+    if started:
+        body = sse.error_event(err.to_body()) + sse.DONE if streaming else b""
+        await send({"type": "http.response.body", "body": body})
+        return
+    response = _error(err)
+    await send({"type": "http.response.start", "status": 503, "headers": response.raw_headers})
+    await send({"type": "http.response.body", "body": response.body})
 
 
 def _install_error_handlers(app: FastAPI) -> None:
