@@ -213,7 +213,7 @@ class ChatService:
             constraint = await self._constraint(req)
             turn = _Turn(self, req, constraint, started_s)
             await self._prompt(turn)  # fail fast: 400 for an oversized prompt before streaming
-            if req.quick:  # heads placed after the user turn start now, beside the main generation
+            if req.quick:  # heads placed after the user turn start beside the main generation
                 tools = None if req.tool_choice == "none" else req.tools
                 conversation = Conversation(req.messages, tools, req.thinking, req.reasoning_effort)
                 turn.quick = self.quick.beside(conversation, req.quick, turn.completion_id)
@@ -306,6 +306,8 @@ class ChatService:
                 turn.usage = _Usage(
                     base[0] + delta.prompt_tokens, base[1] + delta.completion_tokens, base[2] + delta.cached_tokens
                 )
+                if turn.quick is not None:
+                    turn.quick.launch()  # the conversation is in the prefix cache from here on
                 if delta.finish_reason is not None:
                     rnd.finish_reason = delta.finish_reason
                     finished = True
