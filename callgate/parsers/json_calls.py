@@ -112,10 +112,21 @@ class JsonCallParser:
     def feed(self, delta: str) -> list[Event]:
         if self._finished or not delta:
             return []
+        if self._step == self._content and self._i == len(self._buf) and self._plain(delta):
+            # most deltas are plain text: nothing held, nothing that could start a marker
+            self._base += len(self._buf) + len(delta)
+            self._buf, self._i = "", 0
+            return self._builder.add([TextDelta(delta)])
         self._buf = self._buf[self._i :] + delta
         self._base += self._i
         self._i = 0
         return self._run()
+
+    def _plain(self, delta: str) -> bool:
+        spec = self._spec
+        if self._lstrip or spec.content_markers.first_pattern.search(delta) is not None:
+            return False
+        return not (spec.separator and delta.endswith(spec.separator))
 
     def finish(self) -> list[Event]:
         if self._finished:

@@ -40,6 +40,7 @@ class MarkerSet:
     pattern: re.Pattern[str]
     prefixes: frozenset[str]  # proper, non-empty prefixes of the markers
     first_chars: frozenset[str]
+    first_pattern: re.Pattern[str]  # any character that starts a marker
     longest: int
 
     @staticmethod
@@ -52,6 +53,9 @@ class MarkerSet:
             re.compile(alternation),
             prefixes,
             frozenset(m[0] for m in ordered),
+            re.compile(
+                "[" + "".join(sorted(re.escape(c) for c in {m[0] for m in ordered})) + "]" if ordered else r"(?!x)x"
+            ),
             max((len(m) for m in ordered), default=0),
         )
 
