@@ -28,7 +28,7 @@ def conversation(task: str) -> list[dict[str, str]]:
     """A conversation no other run shares a first cache block with."""
     return [
         {"role": "system", "content": f"Run {task}. You are a helpful assistant who searches the web when needed."},
-        {"role": "user", "content": "I am planning a week of hiking in the Alps in July. " * 20},
+        {"role": "user", "content": "I am planning a week of hiking in the Alps in July. " * 6},
         {"role": "assistant", "content": "July is a good month: most huts are open and the passes are clear. " * 4},
         {
             "role": "user",
