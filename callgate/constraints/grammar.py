@@ -51,7 +51,20 @@ def family(fmt: ToolCallFormat) -> ModuleType:
 
 
 def grammar(req: GrammarRequest) -> Grammar:
-    """Raises SchemaTooComplexError naming what a regex cannot enforce."""
+    """Raises SchemaTooComplexError naming what a regex cannot enforce.
+
+    The regex ends with `$` (end of text). outlines-core 0.2.14 builds its Index from a
+    regex-automata DFA whose match states are delayed by one byte, and drops a token whose
+    next-to-last byte ends a match while the whole token does not: over single-byte tokens
+    `a(?:xb)*` then refuses "axb" (the "x" after the accepting "a"), which here would forbid
+    a second parallel call or a call after content. With `$` no state before the end of
+    text is a match state, and every continuation is kept (tests/test_constraints.py).
+    """
+    g = _grammar(req)
+    return Grammar(f"(?:{g.regex})$", g.trigger)
+
+
+def _grammar(req: GrammarRequest) -> Grammar:
     fmt = get_format(req.format)
     fam = family(fmt)
     thinking = req.thinking and fmt.reasoning_close is not None
