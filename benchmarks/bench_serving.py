@@ -98,8 +98,15 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def engine_env(threads: int, kv_gib: int) -> dict[str, str]:
-    return {"VLLM_CPU_KVCACHE_SPACE": str(kv_gib), "VLLM_CPU_NUM_OF_RESERVED_CPU": "0", "OMP_NUM_THREADS": str(threads)}
+def engine_env(threads: int, kv_gib: int, multiprocessing: bool = False) -> dict[str, str]:
+    """callgate's vllm-cpu environment, given to both servers. Multiprocessing off: vllm-cpu
+    runs the model in the engine-core process instead of a separate worker process."""
+    return {
+        "VLLM_ENABLE_V1_MULTIPROCESSING": "1" if multiprocessing else "0",
+        "VLLM_CPU_KVCACHE_SPACE": str(kv_gib),
+        "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
+        "OMP_NUM_THREADS": str(threads),
+    }
 
 
 def server_command(kind: str, folder: Path, port: int, args: argparse.Namespace) -> list[str]:
@@ -118,7 +125,7 @@ def running_server(kind: str, folder: Path, args: argparse.Namespace) -> Iterato
     if kind == "callgate":
         cmd += ["--max-queue", str(4 * args.max_num_seqs), "--cpu-threads", str(args.threads)]
         cmd += ["--kv-cache-space", str(args.kv_cache_gib)] if args.kv_cache_gib != 1 else []
-    env = {**os.environ, **engine_env(args.threads, args.kv_cache_gib)}
+    env = {**os.environ, **engine_env(args.threads, args.kv_cache_gib, kind == "vllm" and args.vllm_multiprocessing)}
     log_path = Path(args.log_dir) / f"{kind}.log"
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
@@ -337,6 +344,11 @@ def parse_args() -> argparse.Namespace:
     )
     p.add_argument("--kv-cache-gib", type=int, default=1)
     p.add_argument("--servers", default="callgate,vllm", help="which servers to run, in order")
+    p.add_argument(
+        "--vllm-multiprocessing",
+        action="store_true",
+        help="vLLM's server with VLLM_ENABLE_V1_MULTIPROCESSING=1 (its default: a separate worker process)",
+    )
     p.add_argument("--startup-timeout-s", type=float, default=900.0)
     p.add_argument("--log-dir", default=None, help="where the servers' logs go (default: a fresh temp folder)")
     p.add_argument("--chart", default=str(ROOT / "benchmarks" / "serving.png"))

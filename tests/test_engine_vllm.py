@@ -120,7 +120,12 @@ def test_engine_arguments_pass_config_through() -> None:
 
 def test_environment_from_config() -> None:
     env = vllm_engine.environment(EngineConfig(model="/m", served_model_name="m", kv_cache_space_gib=2, cpu_threads=4))
-    assert env == {"VLLM_CPU_KVCACHE_SPACE": "2", "VLLM_CPU_NUM_OF_RESERVED_CPU": "0", "OMP_NUM_THREADS": "4"}
+    assert env == {
+        "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+        "VLLM_CPU_KVCACHE_SPACE": "2",
+        "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
+        "OMP_NUM_THREADS": "4",
+    }
     assert "OMP_NUM_THREADS" not in vllm_engine.environment(EngineConfig(model="/m", served_model_name="m"))
 
 
