@@ -489,5 +489,9 @@ class Qwen3XmlParser:
     def _fail(self, code: str, expected: str, got: str, at: int) -> None:
         """Report the malformed block (at: output offset of the fault) and skip to its end."""
         start = self._call.start
-        self._diagnose(code, expected, got, start, max(at + len(got), start + 1), at)
+        # Text that is (the start of) a call opener is read again by recovery and may open the
+        # next block, a candidate: the malformed span stops before it.
+        opener = self._sx.call_open
+        end = at if opener.startswith(got) or got.startswith(opener) else at + len(got)
+        self._diagnose(code, expected, got, start, max(end, start + 1), at)
         self._state = self._recover
