@@ -237,3 +237,19 @@ def test_lone_surrogate_escape_is_never_a_crash() -> None:
     text = '<tool_call>\n{"name": "f", "arguments": {"a": "\\ud800", "b": "\\udc00\\ud83d"}}\n</tool_call>'
     result = check_invariants("hermes", Seed(text, None, False), text, random.Random(1))
     assert result.candidates or result.diagnostics
+
+
+FOUND = [  # inputs the fuzzer once broke a parser with (kept as regressions)
+    ("qwen3-xml", "<tool_call>\n<parameter=a>\n" + "9" * 5000 + "\n</parameter>"),
+    ("qwen3-xml", '<tool_call>\n<function=get_weathhink>\n<tool_call>\n<function=get_weather>\n<parameter=location>\n'
+     "Paris, FR\n</parameter>\n</function>\n</tool_call>\n</think>\n\n<|im_end|>"),
+    ("qwen3-xml", "<tool_call>\n<<tool_call>\n<function=get_current_time>\n</function>\n</tool_call><|im_end|>"),
+    ("qwen3-xml", "<tool_call>\n<function=f>\n<parameter=a>\nx<tool_call>\n<function=g>\n</function>\n</tool_call>"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("format", "text"), FOUND)
+def test_found_by_fuzzing(format: str, text: str) -> None:
+    for seed in seeds(format):
+        result = check_invariants(format, seed, text, random.Random(0))
+        assert result.diagnostics
