@@ -94,8 +94,8 @@ def decode(text: str, types: tuple[str, ...]) -> TypedValue:
 def _scalar(text: str, kind: str) -> tuple[bool, Any]:
     try:
         return _scalar_value(text, kind)
-    except ValueError:  # over Python's 4300-digit int limit: no value the validator can use
-        return False, None
+    except (ValueError, OverflowError):  # over the 4300-digit int limit, or a "number" past
+        return False, None  # a double's range: no value the validator can use
 
 
 def _scalar_value(text: str, kind: str) -> tuple[bool, Any]:
