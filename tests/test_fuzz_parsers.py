@@ -126,7 +126,7 @@ def _deep_nesting(text: str, rng: random.Random, format: str, donor: str) -> str
 def _huge_number(text: str, rng: random.Random, format: str, donor: str) -> str:
     digits = [k for k, ch in enumerate(text) if ch.isdigit()]
     i = rng.choice(digits) if digits else rng.randint(0, len(text))
-    big = rng.choice(("9" * 5000, "1e308", "1e309", "-" + "1" * 2000 + ".5e-400", "123456789012345678901234567890"))
+    big = rng.choice(("9" * 5000, "9" * 400, "1e308", "1e309", "-" + "1" * 2000 + ".5e-400", "12345678901234567890"))
     return text[:i] + big + text[i:]
 
 
@@ -240,6 +240,7 @@ def test_lone_surrogate_escape_is_never_a_crash() -> None:
 
 
 FOUND = [  # inputs the fuzzer once broke a parser with (kept as regressions)
+    ("qwen3-xml", "<tool_call>\n<function=set_thermostat>\n<parameter=target_c>\n" + "9" * 400 + "\n</parameter>\n"),
     ("qwen3-xml", "<tool_call>\n<parameter=a>\n" + "9" * 5000 + "\n</parameter>"),
     ("qwen3-xml", '<tool_call>\n<function=get_weathhink>\n<tool_call>\n<function=get_weather>\n<parameter=location>\n'
      "Paris, FR\n</parameter>\n</function>\n</tool_call>\n</think>\n\n<|im_end|>"),
