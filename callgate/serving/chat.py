@@ -44,6 +44,7 @@ from callgate.errors import (
 )
 from callgate.serving import audit, sse
 from callgate.serving.audit import AuditLog
+from callgate.serving.conform import conform_chat
 from callgate.serving.engine import ConstraintRef, Engine, GenerationRequest, SamplingParams
 from callgate.serving.handoff import (
     ADVISORY_CODES,
@@ -205,8 +206,10 @@ class ChatService:
     # ---- entry points -----------------------------------------------------------------
 
     async def start(self, req: ChatRequest) -> _Turn:
-        """Admit the request (429 when full) and compile its constraint; the caller must
-        `close()` the returned turn (the response functions do it themselves)."""
+        """Fit the request to the format (400 when it cannot be), admit it (429 when full)
+        and compile its constraint; the caller must `close()` the returned turn (the
+        response functions do it themselves)."""
+        req = conform_chat(self.settings.format, req)
         self.admission.acquire()
         started_s = time.monotonic()
         try:

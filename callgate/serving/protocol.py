@@ -125,6 +125,15 @@ class ChatCompletionWire(_Wire):
 
 
 @dataclass(frozen=True, slots=True)
+class ThinkingSwitch:
+    """The client's reasoning switch as sent: `chat_template_kwargs.<key>` = `on`. What it
+    means depends on the served format (serving/conform.py)."""
+
+    key: str  # "enable_thinking" or its alias "thinking"
+    on: bool
+
+
+@dataclass(frozen=True, slots=True)
 class ChatRequest:
     """A validated chat request. Messages and tools are OpenAI-style dicts (content as a
     string, tool_calls[].function.arguments as a JSON string), ready for templates.render."""
@@ -146,7 +155,8 @@ class ChatRequest:
     max_repairs: int | None
     quick: tuple[str, ...]
     reasoning_effort: str | None
-    thinking: bool
+    thinking: bool  # the prompt opens a reasoning block (set from the switch by conform.py)
+    thinking_switch: ThinkingSwitch | None = None
 
     def function_of(self, name: str) -> Mapping[str, Any] | None:
         """The declared `function` object of tool `name`; None when no such tool is declared."""
@@ -231,7 +241,20 @@ def _to_request(wire: ChatCompletionWire, limits: Limits) -> ChatRequest:
         quick=tuple(ext.quick),
         reasoning_effort=wire.reasoning_effort,
         thinking=bool(kwargs.enable_thinking or kwargs.thinking),
+        thinking_switch=_thinking_switch(kwargs),
     )
+
+
+def _thinking_switch(kwargs: TemplateKwargsWire) -> ThinkingSwitch | None:
+    if kwargs.enable_thinking is not None and kwargs.thinking is not None and kwargs.enable_thinking != kwargs.thinking:
+        raise InvalidRequestError(
+            "chat_template_kwargs: enable_thinking and thinking disagree", param="chat_template_kwargs"
+        )
+    if kwargs.enable_thinking is not None:
+        return ThinkingSwitch("enable_thinking", kwargs.enable_thinking)
+    if kwargs.thinking is not None:
+        return ThinkingSwitch("thinking", kwargs.thinking)
+    return None
 
 
 def _check_tools(tools: list[ToolWire] | None, limits: Limits) -> tuple[Mapping[str, Any], ...] | None:
@@ -436,6 +459,7 @@ class QuickRequest:
     labels: Mapping[str, tuple[str, ...]]
     reasoning_effort: str | None
     thinking: bool
+    thinking_switch: ThinkingSwitch | None = None
 
 
 _LABEL_TASKS = ("authority", "domain")
@@ -468,6 +492,7 @@ def parse_quick_request(body: bytes, limits: Limits) -> QuickRequest:
         labels=labels,
         reasoning_effort=wire.reasoning_effort,
         thinking=bool(kwargs.enable_thinking or kwargs.thinking),
+        thinking_switch=_thinking_switch(kwargs),
     )
 
 

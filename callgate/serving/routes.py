@@ -21,6 +21,7 @@ from starlette.background import BackgroundTask
 from callgate.errors import NotFoundError, PayloadTooLargeError
 from callgate.serving import sse
 from callgate.serving.chat import ChatService
+from callgate.serving.conform import conform_quick
 from callgate.serving.metrics import CONTENT_TYPE, Metrics
 from callgate.serving.protocol import (
     ChatCompletionWire,
@@ -63,7 +64,7 @@ def build_router(service: ChatService, metrics: Metrics) -> APIRouter:
     @router.post("/v1/quick", openapi_extra=openapi_body(QuickWire))
     async def quick(request: Request) -> Response:
         body = await _read_body(request, settings.limits.max_body_bytes)
-        req = parse_quick_request(body, settings.limits)
+        req = conform_quick(settings.format, parse_quick_request(body, settings.limits))
         if req.model is not None and req.model != settings.model_name:
             raise NotFoundError(f"model: {req.model!r} is not served here", param="model", code="model_not_found")
         conversation = Conversation(req.messages, req.tools, req.thinking, req.reasoning_effort)

@@ -1,0 +1,103 @@
+"""Follow-ups reported by the format helpers, through the real app with a scripted
+FakeEngine: the reasoning switch (`chat_template_kwargs.enable_thinking`) per format, no
+tools meaning `[]` for the parser, and mistral's 9-character call ids."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any
+
+import httpx
+import pytest
+
+from callgate.serving.app import create_app
+from callgate.serving.fake_engine import FakeEngine
+from tests.test_server_app import ASK, MODEL, Harness, SchemaCheck, make_settings
+
+
+@pytest.fixture
+async def harness() -> AsyncIterator[Any]:
+    clients: list[httpx.AsyncClient] = []
+
+    def make(fmt: str, replies: Sequence[Any] = ()) -> Harness:
+        engine = FakeEngine(replies=list(replies))
+        validator = SchemaCheck()
+        # the FakeTokenizer's vocabulary cannot spell the end tokens of the other formats'
+        # grammars: only hermes runs constrained here
+        settings = make_settings(format=fmt, constrained=fmt == "hermes")
+        app = create_app(settings, engine=engine, validator=validator)
+        client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://callgate.test")
+        clients.append(client)
+        return Harness(engine, validator, client)
+
+    yield make
+    for client in clients:
+        await client.aclose()
+
+
+def _body(**kw: Any) -> dict[str, Any]:
+    return {"model": MODEL, "messages": ASK, "max_tokens": 64, **kw}
+
+
+def _message(resp: httpx.Response) -> Mapping[str, Any]:
+    assert resp.status_code == 200, resp.text
+    message: Mapping[str, Any] = resp.json()["choices"][0]["message"]
+    return message
+
+
+# ---- 1. enable_thinking ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("key", ["enable_thinking", "thinking"])
+async def test_hermes_thinking_off_renders_qwen3_empty_think_block(harness: Any, key: str) -> None:
+    h = harness("hermes", [["Oslo ", "is ", "cold."]])
+    message = _message(await h.post(_body(chat_template_kwargs={key: False})))
+    assert h.engine.requests[0].prompt.endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
+    assert message["content"] == "Oslo is cold."
+    assert "reasoning_content" not in message
+
+
+async def test_hermes_thinking_off_wins_over_a_reasoning_effort(harness: Any) -> None:
+    h = harness("hermes", [["Hi."]])
+    _message(await h.post(_body(reasoning_effort="high", chat_template_kwargs={"enable_thinking": False})))
+    assert h.engine.requests[0].prompt.endswith("assistant\n<think>\n\n</think>\n\n")
+
+
+async def test_hermes_thinking_on_opens_the_block_and_parses_reasoning(harness: Any) -> None:
+    h = harness("hermes", [["Cold ", "north.", "</think>", "\n\nOslo is cold."]])
+    message = _message(await h.post(_body(chat_template_kwargs={"enable_thinking": True})))
+    assert h.engine.requests[0].prompt.endswith("<|im_start|>assistant\n<think>\n")
+    assert message["reasoning_content"] == "Cold north."
+    assert message["content"] == "Oslo is cold."
+
+
+async def test_hermes_without_the_switch_leaves_the_generation_prompt_open(harness: Any) -> None:
+    h = harness("hermes", [["Hi."]])
+    _message(await h.post(_body()))
+    assert h.engine.requests[0].prompt.endswith("<|im_start|>assistant\n")
+
+
+@pytest.mark.parametrize("fmt", ["qwen3-xml", "llama3-json", "mistral"])
+async def test_formats_without_reasoning_accept_thinking_off(harness: Any, fmt: str) -> None:
+    h = harness(fmt, [["Oslo ", "is ", "cold."]])
+    message = _message(await h.post(_body(chat_template_kwargs={"enable_thinking": False})))
+    assert message["content"] == "Oslo is cold."
+
+
+@pytest.mark.parametrize("fmt", ["qwen3-xml", "llama3-json", "mistral"])
+@pytest.mark.parametrize("key", ["enable_thinking", "thinking"])
+async def test_formats_without_reasoning_refuse_thinking_on_clearly(harness: Any, fmt: str, key: str) -> None:
+    h = harness(fmt)
+    resp = await h.post(_body(chat_template_kwargs={key: True}))
+    assert resp.status_code == 400, resp.text
+    error = resp.json()["error"]
+    assert error["param"] == f"chat_template_kwargs.{key}"
+    assert fmt in error["message"] and "reasoning" in error["message"]
+    assert h.engine.requests == []
+
+
+async def test_conflicting_thinking_switches_are_refused(harness: Any) -> None:
+    h = harness("hermes")
+    resp = await h.post(_body(chat_template_kwargs={"enable_thinking": True, "thinking": False}))
+    assert resp.status_code == 400, resp.text
+    assert resp.json()["error"]["param"] == "chat_template_kwargs"
