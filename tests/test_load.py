@@ -149,8 +149,10 @@ def error_kind(resp: httpx.Response) -> str:
     return str(err["type"])
 
 
-def run_request(client: httpx.Client, kind: str) -> Outcome:
-    """Send one request of `kind` and classify what came back."""
+def run_request(client: httpx.Client, kind: str, extra: Mapping[str, Any] | None = None) -> Outcome:
+    """Send one request of `kind` ("call", "stream", "invalid_json", "invalid_schema"), with
+    `extra` body fields on the valid ones, and classify what came back."""
+    body = {"messages": ASK, "tools": [TOOL], **(extra or {})}
     start = time.monotonic()
     try:
         if kind == "invalid_json":
@@ -159,9 +161,9 @@ def run_request(client: httpx.Client, kind: str) -> Outcome:
             bad = {"type": "function", "function": {"name": "x", "parameters": {"type": 5}}}
             resp = client.post("/v1/chat/completions", json={"messages": ASK, "tools": [bad]})
         elif kind == "stream":
-            return _stream(client, start)
+            return _stream(client, start, body)
         else:
-            resp = client.post("/v1/chat/completions", json={"messages": ASK, "tools": [TOOL]})
+            resp = client.post("/v1/chat/completions", json=body)
     except httpx.TransportError:
         return Outcome("transport", 0, time.monotonic() - start)
     latency_s = time.monotonic() - start
@@ -174,9 +176,8 @@ def run_request(client: httpx.Client, kind: str) -> Outcome:
 JSON = {"content-type": "application/json"}
 
 
-def _stream(client: httpx.Client, start: float) -> Outcome:
-    body = {"messages": ASK, "tools": [TOOL], "stream": True}
-    with client.stream("POST", "/v1/chat/completions", json=body) as resp:
+def _stream(client: httpx.Client, start: float, body: Mapping[str, Any]) -> Outcome:
+    with client.stream("POST", "/v1/chat/completions", json={**body, "stream": True}) as resp:
         if resp.status_code != 200:
             resp.read()
             return Outcome(error_kind(resp), resp.status_code, time.monotonic() - start)
@@ -203,14 +204,21 @@ class LoadRun:
         return Counter(o.kind for o in self.outcomes)
 
 
-def load(base: str, concurrency: int, per_client: int, mix: Sequence[str], timeout_s: float = 30.0) -> LoadRun:
+def load(
+    base: str,
+    concurrency: int,
+    per_client: int,
+    mix: Sequence[str],
+    timeout_s: float = 30.0,
+    extra: Mapping[str, Any] | None = None,
+) -> LoadRun:
     """`concurrency` clients, each sending `per_client` requests cycling through `mix`."""
     run = LoadRun()
 
     def client(k: int) -> None:
         with httpx.Client(base_url=base, timeout=timeout_s) as c:
             for i in range(per_client):
-                outcome = run_request(c, mix[(k + i) % len(mix)])
+                outcome = run_request(c, mix[(k + i) % len(mix)], extra)
                 with run.lock:
                     run.outcomes.append(outcome)
 
@@ -254,12 +262,13 @@ def test_mixed_load_at_four_times_the_batch(tmp_path: Path) -> None:
         assert "Traceback" not in server.output()
 
 
-def drop_stream(base: str, read_chunks: int) -> int:
+def drop_stream(base: str, read_chunks: int, extra: Mapping[str, Any] | None = None, timeout_s: float = 10) -> int:
     """Open a plain streamed answer, read `read_chunks` content chunks, hang up; returns
     the characters (= FakeEngine tokens) seen."""
     seen = chars = 0
-    with httpx.Client(base_url=base, timeout=10) as c:
-        with c.stream("POST", "/v1/chat/completions", json={"messages": ASK, "stream": True}) as resp:
+    body = {"messages": ASK, "stream": True, **(extra or {})}
+    with httpx.Client(base_url=base, timeout=timeout_s) as c:
+        with c.stream("POST", "/v1/chat/completions", json=body) as resp:
             assert resp.status_code == 200
             for line in resp.iter_lines():
                 if line.startswith("data: {"):
