@@ -19,6 +19,7 @@ Cost: feed(delta) looks at the delta plus a hold-back of at most one marker.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import Enum, auto
 
 from callgate.formats import ToolCallFormat
@@ -45,6 +46,34 @@ class _S(Enum):
     FAILED = auto()
 
 
+@dataclass(frozen=True, slots=True)
+class _Syntax:
+    """The markers of the text around the block; built once per format (see `_syntax`)."""
+
+    fmt: ToolCallFormat
+    trigger: str  # "\n\n<｜DSML｜": the call trigger up to the block name (a wrong name is then an error)
+    glued: str  # the trigger without its blank line
+    markers: MarkerSet  # what ends text or reasoning
+    eos_pending: frozenset[str]  # the proper prefixes of the end of turn
+
+
+_SYNTAX: dict[str, _Syntax] = {}
+
+
+def _syntax(fmt: ToolCallFormat) -> _Syntax:
+    known = _SYNTAX.get(fmt.name)
+    if known is not None and known.fmt is fmt:
+        return known
+    m = fmt.markers
+    trigger = fmt.call_trigger[: fmt.call_trigger.index(m["dsml"]) + len(m["dsml"])]
+    glued = trigger.removeprefix(m["call_prefix"])
+    think = (fmt.reasoning_open or "<think>", fmt.reasoning_close or "</think>")
+    markers = MarkerSet((trigger, glued, m["dsml"], fmt.eos, fmt.bos, *think))
+    known = _Syntax(fmt, trigger, glued, markers, frozenset(fmt.eos[:k] for k in range(1, len(fmt.eos))))
+    _SYNTAX[fmt.name] = known
+    return known
+
+
 def make_parser(fmt: ToolCallFormat, tools: Tools, *, thinking: bool, call_ids: CallIdFactory) -> StreamParser:
     return DsmlParser(fmt, tools, thinking=thinking, call_ids=call_ids)
 
@@ -53,22 +82,23 @@ class DsmlParser:
     """Per-request parser. parse(text) == feed(text) + finish(), for any split of text."""
 
     def __init__(self, fmt: ToolCallFormat, tools: Tools, *, thinking: bool, call_ids: CallIdFactory) -> None:
-        m = fmt.markers
+        syntax = _syntax(fmt)
         self._fmt = fmt
         self._names = tool_names(tools)
         self._call_ids = call_ids
-        # "\n\n<｜DSML｜": the call trigger up to the block name (a wrong name is then an error)
-        self._trigger = fmt.call_trigger[: fmt.call_trigger.index(m["dsml"]) + len(m["dsml"])]
-        self._glued = self._trigger.removeprefix(m["call_prefix"])
-        think = (fmt.reasoning_open or "<think>", fmt.reasoning_close or "</think>")
-        common = (self._trigger, self._glued, m["dsml"], fmt.eos, fmt.bos, think[0])
-        self._markers = MarkerSet((*common, think[1]))
+        self._trigger, self._glued = syntax.trigger, syntax.glued
+        self._markers = syntax.markers
+        self._eos_pending = syntax.eos_pending
         self._buf = Buffer()
         self._state = _S.REASONING if thinking else _S.CONTENT
         self._block: BlockReader | None = None
         self._builder = ResultBuilder()
 
     def feed(self, delta: str) -> list[Event]:
+        if delta:
+            events = self._quick(delta)
+            if events is not None:
+                return events
         self._buf.append(delta)
         return self._builder.add(self._run(final=False))
 
@@ -84,14 +114,39 @@ class DsmlParser:
     def result(self) -> ParseResult:
         return self._builder.result()
 
+    # ---- shortcuts for feed: the same outcome as `_run`, with less work --------------
+
+    def _quick(self, delta: str) -> list[Event] | None:
+        """What `_run` would do with `delta`, done directly when that is simple: text that
+        cannot start, end or continue a marker becomes one event; the start of a marker
+        is only held back. None: the machine must read it."""
+        buf, state = self._buf, self._state
+        if state is _S.BLOCK:
+            assert self._block is not None
+            return self._block.quick(buf, delta)  # argument text: the result builder needs not see it
+        held = buf.rest()
+        if state is _S.CONTENT or state is _S.REASONING:
+            if not held and self._markers.starts.search(delta) is None:
+                buf.skip(len(delta))
+                return self._builder.add([TextDelta(delta) if state is _S.CONTENT else ReasoningDelta(delta)])
+            waits = self._markers.waits(held + delta)
+        else:
+            waits = state is _S.AFTER_BLOCK and held + delta in self._eos_pending
+        if not waits:
+            return None
+        buf.append(delta)
+        return []
+
     # ---- the machine ----------------------------------------------------------------
 
     def _run(self, *, final: bool) -> list[Event]:
         events: list[Event] = []
+        buf = self._buf
         while True:
-            before = (self._state, self._buf.offset)
+            state, pos = self._state, buf.pos
             events += self._step(final)
-            if (self._state, self._buf.offset) == before:
+            # the block reader runs until it needs more text: no second look while in it
+            if self._state is state and (state is _S.BLOCK or buf.pos == pos):
                 return events
 
     def _step(self, final: bool) -> list[Event]:
@@ -110,12 +165,12 @@ class DsmlParser:
 
     def _text(self, final: bool) -> list[Event]:
         reasoning = self._state is _S.REASONING
-        hit = self._markers.scan(self._buf, final=final)
+        text, marker = self._markers.scan(self._buf, final=final)
         events: list[Event] = []
-        if hit.text:
-            events.append(ReasoningDelta(hit.text) if reasoning else TextDelta(hit.text))
-        if hit.marker is not None:
-            events += self._marker(hit.marker, reasoning)
+        if text:
+            events.append(ReasoningDelta(text) if reasoning else TextDelta(text))
+        if marker is not None:
+            events += self._marker(marker, reasoning)
         return events
 
     def _marker(self, marker: str, reasoning: bool) -> list[Event]:

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Callable, Sequence
-from enum import Enum, auto
+from dataclasses import dataclass
+from enum import IntEnum, auto
 from typing import Any
 
 from callgate.formats import ToolCallFormat
@@ -25,7 +27,7 @@ from callgate.parsers.dsml_scan import Buffer, MarkerSet, match_literals
 from callgate.types import ArgumentsDelta, CallStart, Diagnostic, Event, ToolCallCandidate
 
 
-class _S(Enum):
+class _S(IntEnum):  # IntEnum: hashed in C, and states are dictionary keys on the per-delta path
     OPEN = auto()  # the block name and ">\n"
     FIRST_INVOKE = auto()
     NAME = auto()
@@ -44,7 +46,8 @@ class _S(Enum):
     FAILED = auto()
 
 
-_NAME_STOP = frozenset('"\n<>')  # a name or key ends at '"'; the others are errors
+_NAME_STOP = re.compile('["\n<>]')  # a name or key ends at '"'; the others are errors
+_TO_ESCAPE = re.compile(r'[\x00-\x1f"\\]')  # what JSON escapes in a string (ensure_ascii off)
 # error code when the text matches none of a state's literals (states with a fixed code)
 _MISMATCH = {
     _S.NAME_END: "bad_invoke_name",
@@ -53,6 +56,13 @@ _MISMATCH = {
     _S.FLAG: "bad_string_attr",
     _S.AFTER_INVOKE: "text_between_invokes",
 }
+
+
+def _escaped(text: str) -> str:
+    """`text` as the inside of a JSON string literal."""
+    if _TO_ESCAPE.search(text) is None:
+        return text
+    return json.dumps(text, ensure_ascii=False)[1:-1]
 
 
 def strict_json(text: str) -> Any:
@@ -76,6 +86,56 @@ def strict_json(text: str) -> Any:
     return json.loads(text, parse_constant=no_constants, parse_float=finite, object_pairs_hook=unique)
 
 
+@dataclass(frozen=True, slots=True)
+class _Syntax:
+    """What a format's block grammar compiles to; built once per format (see `_syntax`)."""
+
+    fmt: ToolCallFormat
+    values: MarkerSet  # what ends a value
+    literals: dict[_S, tuple[tuple[str, _S | str], ...]]  # state -> (literal, next state or action)
+    # state -> texts that are a proper prefix of one of its literals (or of the end of turn)
+    # and contain none: the state can only wait for more
+    pending: dict[_S, frozenset[str]]
+
+
+_SYNTAX: dict[str, _Syntax] = {}
+
+
+def _syntax(fmt: ToolCallFormat) -> _Syntax:
+    known = _SYNTAX.get(fmt.name)
+    if known is not None and known.fmt is fmt:
+        return known
+    literals = _literal_table(fmt)
+    pending = {state: _proper_prefixes([lit for lit, _ in alts] + [fmt.eos]) for state, alts in literals.items()}
+    known = _Syntax(fmt, MarkerSet((fmt.markers["param_close"], fmt.eos)), literals, pending)
+    _SYNTAX[fmt.name] = known
+    return known
+
+
+def _proper_prefixes(alternatives: Sequence[str]) -> frozenset[str]:
+    prefixes = {alt[:k] for alt in alternatives for k in range(1, len(alt))}
+    return frozenset(p for p in prefixes if not any(p.startswith(alt) for alt in alternatives))
+
+
+def _literal_table(fmt: ToolCallFormat) -> dict[_S, tuple[tuple[str, _S | str], ...]]:
+    """state -> its literal alternatives, each with the next state or an action name."""
+    m = fmt.markers
+    end = m["tag_end"]  # '">', right after a name or the string flag
+    return {
+        _S.OPEN: ((m["block_open"].split(m["dsml"], 1)[1] + "\n", _S.FIRST_INVOKE),),
+        _S.FIRST_INVOKE: ((m["invoke_open"], "open_invoke"),),
+        _S.NAME_END: ((end + "\n", "start_call"),),
+        _S.PARAMS: ((m["param_open"], _S.KEY), ("\n", _S.EMPTY_CLOSE)),
+        _S.EMPTY_CLOSE: ((m["invoke_close"], "end_invoke"),),
+        _S.ATTR: ((m["string_attr"], _S.FLAG),),
+        _S.FLAG: (("true" + end, "string_value"), ("false" + end, "json_value")),
+        _S.AFTER_PARAM: (("\n", _S.NEXT_PARAM),),
+        _S.NEXT_PARAM: ((m["param_open"], _S.KEY), (m["invoke_close"], "end_invoke")),
+        _S.AFTER_INVOKE: (("\n", _S.NEXT_INVOKE),),
+        _S.NEXT_INVOKE: ((m["invoke_open"], "open_invoke"), (m["block_close"], _S.CLOSED)),
+    }
+
+
 class BlockReader:
     """Reads one calls block; `run` consumes what it can decide and returns the events."""
 
@@ -83,8 +143,9 @@ class BlockReader:
         m = fmt.markers
         self._fmt, self._m = fmt, m
         self._call_ids = call_ids
-        self._values = MarkerSet((m["param_close"], fmt.eos))
-        self._tag_end = m["tag_end"]  # '">', right after a name or the string flag
+        syntax = _syntax(fmt)
+        self._values = syntax.values
+        self._pending = syntax.pending
         self._state = _S.OPEN
         self._index = first_index
         self.candidates: list[ToolCallCandidate] = []
@@ -99,7 +160,7 @@ class BlockReader:
         self._is_str = True
         self._value: list[str] = []
         self._value_start = 0
-        self._literals = self._literal_table()
+        self._literals = syntax.literals
         self._actions: dict[str, Callable[[int], list[Event]]] = {
             "open_invoke": self._open_invoke,
             "start_call": lambda _: self._start_call(),
@@ -118,12 +179,13 @@ class BlockReader:
 
     def run(self, buf: Buffer, *, final: bool) -> list[Event]:
         events: list[Event] = []
-        while not self.done:
-            before = (self._state, buf.offset)
+        while True:
+            state, pos = self._state, buf.pos
+            if state is _S.CLOSED or state is _S.FAILED:
+                return events
             events += self._step(buf, final)
-            if (self._state, buf.offset) == before:
-                break  # needs more text
-        return events
+            if self._state is state and buf.pos == pos:
+                return events  # needs more text
 
     def _step(self, buf: Buffer, final: bool) -> list[Event]:
         if self._state in (_S.NAME, _S.KEY):
@@ -134,25 +196,16 @@ class BlockReader:
 
     # ---- literal tags ---------------------------------------------------------------
 
-    def _literal_table(self) -> dict[_S, tuple[tuple[str, _S | str], ...]]:
-        """state -> its literal alternatives, each with the next state or an action name."""
-        m, end = self._m, self._tag_end
-        return {
-            _S.OPEN: ((m["block_open"].split(m["dsml"], 1)[1] + "\n", _S.FIRST_INVOKE),),
-            _S.FIRST_INVOKE: ((m["invoke_open"], "open_invoke"),),
-            _S.NAME_END: ((end + "\n", "start_call"),),
-            _S.PARAMS: ((m["param_open"], _S.KEY), ("\n", _S.EMPTY_CLOSE)),
-            _S.EMPTY_CLOSE: ((m["invoke_close"], "end_invoke"),),
-            _S.ATTR: ((m["string_attr"], _S.FLAG),),
-            _S.FLAG: (("true" + end, "string_value"), ("false" + end, "json_value")),
-            _S.AFTER_PARAM: (("\n", _S.NEXT_PARAM),),
-            _S.NEXT_PARAM: ((m["param_open"], _S.KEY), (m["invoke_close"], "end_invoke")),
-            _S.AFTER_INVOKE: (("\n", _S.NEXT_INVOKE),),
-            _S.NEXT_INVOKE: ((m["invoke_open"], "open_invoke"), (m["block_close"], _S.CLOSED)),
-        }
-
     def _read_literal(self, buf: Buffer, final: bool) -> list[Event]:
         table, at = self._literals[self._state], buf.offset
+        for literal, target in table:  # the common cases first: a literal, or a part of one
+            if buf.startswith(literal):
+                buf.take(len(literal))
+                return self._matched(literal, target, buf, at)
+        if not final:
+            rest = buf.rest()
+            if not rest or rest in self._pending[self._state]:
+                return []
         alts = [literal for literal, _ in table]
         choice = match_literals(buf, [*alts, self._fmt.eos], final=final)
         if choice.index == -1:
@@ -160,17 +213,19 @@ class BlockReader:
         if choice.index == len(alts):
             return self._fail("unterminated_block", alts, "the end of turn", at, len(self._fmt.eos))
         if choice.index >= 0:
-            self._raw.append(alts[choice.index])
-            target = table[choice.index][1]
-            if isinstance(target, _S):
-                return self._goto(target)
-            self._value_start = buf.offset
-            return self._actions[target](at)
+            return self._matched(*table[choice.index], buf, at)
         got = buf.peek(choice.common + 1)[choice.common :]
         if not got:
             return self._fail("unterminated_block", alts, "the end of output", at + choice.common, 0)
         code = self._mismatch_code(choice.best, choice.common, buf.peek(1))
         return self._fail(code, alts, repr(got), at + choice.common)
+
+    def _matched(self, literal: str, target: _S | str, buf: Buffer, at: int) -> list[Event]:
+        self._raw.append(literal)
+        if isinstance(target, _S):
+            return self._goto(target)
+        self._value_start = buf.offset
+        return self._actions[target](at)
 
     def _mismatch_code(self, best: int, common: int, first: str) -> str:
         m, s = self._m, self._state
@@ -193,7 +248,8 @@ class BlockReader:
 
     def _read_name(self, buf: Buffer, final: bool) -> list[Event]:
         rest, at = buf.rest(), buf.offset
-        stop = next((i for i, ch in enumerate(rest) if ch in _NAME_STOP), len(rest))
+        found = _NAME_STOP.search(rest)
+        stop = len(rest) if found is None else found.start()
         self._chars.append(self._take(buf, stop))
         tail, eos = rest[stop:], self._fmt.eos
         if not tail:
@@ -216,21 +272,50 @@ class BlockReader:
         self._key = text
         return self._goto(_S.ATTR)
 
+    # ---- shortcuts for feed: the same outcome as `run`, with less work ---------------
+
+    def quick(self, buf: Buffer, delta: str) -> list[Event] | None:
+        """What `run` would do after `buf.append(delta)`, done directly when that is simple:
+        value or name text that cannot end it is taken whole; the start of what the state
+        expects is only held back. None: `run` must read it (nothing was done)."""
+        state, held = self._state, buf.rest()
+        if not held:
+            if state is _S.VALUE and self._values.starts.search(delta) is None:
+                buf.skip(len(delta))
+                self._raw.append(delta)
+                self._value.append(delta)
+                return [ArgumentsDelta(self._index, _escaped(delta))] if self._is_str else []
+            if (state is _S.NAME or state is _S.KEY) and _NAME_STOP.search(delta) is None:
+                buf.skip(len(delta))
+                self._raw.append(delta)
+                self._chars.append(delta)
+                return []
+        text = held + delta
+        if state is _S.VALUE:
+            waits = self._values.waits(text)
+        else:
+            pending = self._pending.get(state)
+            waits = pending is not None and text in pending
+        if not waits:
+            return None
+        buf.append(delta)
+        return []
+
     def _read_value(self, buf: Buffer, final: bool) -> list[Event]:
         at = buf.offset
-        hit = self._values.scan(buf, final=final)
-        self._raw.append(hit.text)
-        self._value.append(hit.text)
+        text, marker = self._values.scan(buf, final=final)
+        self._raw.append(text)
+        self._value.append(text)
         events: list[Event] = []
-        if self._is_str and hit.text:
-            events.append(ArgumentsDelta(self._index, json.dumps(hit.text, ensure_ascii=False)[1:-1]))
+        if self._is_str and text:
+            events.append(ArgumentsDelta(self._index, _escaped(text)))
         close = self._m["param_close"]
-        if hit.marker == close:
+        if marker == close:
             self._raw.append(close)
             return events + self._end_value()
-        if hit.marker is not None:
-            eos_at = at + len(hit.text)
-            return events + self._fail("missing_parameter_close", [close], "the end of turn", eos_at, len(hit.marker))
+        if marker is not None:
+            eos_at = at + len(text)
+            return events + self._fail("missing_parameter_close", [close], "the end of turn", eos_at, len(marker))
         if final:
             return events + self._fail("unterminated_block", [close], "the end of output", buf.offset, 0)
         return events

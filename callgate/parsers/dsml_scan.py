@@ -15,52 +15,59 @@ from dataclasses import dataclass
 
 
 class Buffer:
-    """Unconsumed output text. `offset` is the absolute position of the next character."""
+    """Unconsumed output text. `offset` is the absolute position of the next character;
+    `pos` (read only outside) changes only by `take` between two `append`s, so comparing
+    it tells whether a step consumed anything."""
 
-    __slots__ = ("_base", "_pos", "_text")
+    __slots__ = ("_base", "_text", "pos")
 
     def __init__(self) -> None:
         self._text = ""
-        self._pos = 0
+        self.pos = 0
         self._base = 0
 
     def append(self, delta: str) -> None:
         # the unconsumed tail is at most one marker long after each run, so this copy is small
-        self._base += self._pos
-        self._text = self._text[self._pos :] + delta
-        self._pos = 0
+        self._base += self.pos
+        self._text = self._text[self.pos :] + delta
+        self.pos = 0
+
+    def skip(self, n: int) -> None:
+        """Count `n` characters handled outside the buffer (only when nothing is unconsumed)."""
+        self._base += self.pos + n
+        self._text = ""
+        self.pos = 0
 
     @property
     def offset(self) -> int:
-        return self._base + self._pos
+        return self._base + self.pos
 
     def rest(self) -> str:
-        return self._text[self._pos :]
+        return self._text[self.pos :]
 
     def __len__(self) -> int:
-        return len(self._text) - self._pos
+        return len(self._text) - self.pos
 
     def startswith(self, literal: str) -> bool:
-        return self._text.startswith(literal, self._pos)
+        return self._text.startswith(literal, self.pos)
 
     def find(self, char: str) -> int:
         """Relative index of `char` in the unconsumed text, or -1."""
-        i = self._text.find(char, self._pos)
-        return -1 if i < 0 else i - self._pos
+        i = self._text.find(char, self.pos)
+        return -1 if i < 0 else i - self.pos
 
     def peek(self, n: int) -> str:
-        return self._text[self._pos : self._pos + n]
+        return self._text[self.pos : self.pos + n]
 
     def take(self, n: int) -> str:
-        out = self._text[self._pos : self._pos + n]
-        self._pos += len(out)
+        out = self._text[self.pos : self.pos + n]
+        self.pos += len(out)
         return out
 
 
-@dataclass(frozen=True, slots=True)
-class Hit:
-    text: str  # the text before the marker (safe to emit)
-    marker: str | None  # the marker found, or None when the scan stopped before a possible one
+# (the text before the marker, safe to emit; the marker found, or None when the scan stopped
+# before a possible one). A plain tuple: one is built per scan, on the per-delta path.
+Hit = tuple[str, str | None]
 
 
 class MarkerSet:
@@ -69,13 +76,16 @@ class MarkerSet:
     No marker may be a prefix of another (so the earliest match never depends on how the
     text was split)."""
 
-    __slots__ = ("_longest", "_prefixes", "_rx")
+    __slots__ = ("_longest", "_prefixes", "_rx", "_waiting", "starts")
 
     def __init__(self, markers: Sequence[str]) -> None:
         ordered = sorted(set(markers), key=len, reverse=True)
         self._rx = re.compile("|".join(re.escape(m) for m in ordered))
         self._prefixes = frozenset(m[:k] for m in ordered for k in range(1, len(m)))
         self._longest = max(map(len, self._prefixes), default=0)
+        self._waiting = frozenset(p for p in self._prefixes if self._rx.search(p) is None)
+        # a text with none of these characters holds no marker and no part of one
+        self.starts = re.compile("[" + "".join(sorted({re.escape(m[0]) for m in ordered})) + "]")
 
     def scan(self, buf: Buffer, *, final: bool) -> Hit:
         """Consume text up to (and including) the earliest marker, or up to a possible partial
@@ -84,15 +94,26 @@ class MarkerSet:
         hit = self._rx.search(rest)
         if hit is not None:
             text = buf.take(hit.start())
-            buf.take(len(hit.group()))
-            return Hit(text, hit.group())
+            marker = hit.group()
+            buf.take(len(marker))
+            return text, marker
         hold = 0 if final else self._held(rest)
-        return Hit(buf.take(len(rest) - hold), None)
+        return buf.take(len(rest) - hold), None
+
+    def waits(self, text: str) -> bool:
+        """True when a scan of exactly `text` would hold all of it back (it is the start of a
+        marker and holds none)."""
+        return text in self._waiting
 
     def _held(self, rest: str) -> int:
-        for k in range(min(len(rest), self._longest), 0, -1):
-            if rest[-k:] in self._prefixes:
-                return k
+        """Length of the longest end of `rest` that is a proper prefix of a marker: only the
+        last `_longest` characters, and only where a marker's first character stands."""
+        n = len(rest)
+        start = self.starts.search(rest, max(0, n - self._longest))
+        while start is not None:
+            if rest[start.start() :] in self._prefixes:
+                return n - start.start()
+            start = self.starts.search(rest, start.start() + 1)
         return 0
 
 
@@ -112,17 +133,21 @@ class Choice:
 def match_literals(buf: Buffer, alternatives: Sequence[str], *, final: bool) -> Choice:
     """Match one of `alternatives` (none a prefix of another) at the buffer start."""
     head = buf.peek(max(len(a) for a in alternatives))
-    best, common, waiting = 0, -1, False
+    waiting = False
     for i, alt in enumerate(alternatives):
-        n = _common_prefix(head, alt)
-        if n == len(alt):
-            buf.take(n)
+        if head.startswith(alt):
+            buf.take(len(alt))
             return Choice(i)
-        if n == len(head) and not final:
+        if not final and alt.startswith(head):
             waiting = True
+    if waiting:
+        return Choice(-1)
+    best, common = 0, -1
+    for i, alt in enumerate(alternatives):  # no match: find where the text went wrong
+        n = _common_prefix(head, alt)
         if n > common:
             best, common = i, n
-    return Choice(-1) if waiting else Choice(-2, best, common)
+    return Choice(-2, best, common)
 
 
 def _common_prefix(a: str, b: str) -> int:
