@@ -4,6 +4,7 @@ tools meaning `[]` for the parser, and mistral's 9-character call ids."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
@@ -12,7 +13,7 @@ import pytest
 
 from callgate.serving.app import create_app
 from callgate.serving.fake_engine import FakeEngine
-from tests.test_server_app import ASK, MODEL, Harness, SchemaCheck, make_settings
+from tests.test_server_app import ASK, MODEL, WEATHER, Harness, SchemaCheck, make_settings
 
 
 @pytest.fixture
@@ -101,3 +102,34 @@ async def test_conflicting_thinking_switches_are_refused(harness: Any) -> None:
     resp = await h.post(_body(chat_template_kwargs={"enable_thinking": True, "thinking": False}))
     assert resp.status_code == 400, resp.text
     assert resp.json()["error"]["param"] == "chat_template_kwargs"
+
+
+# ---- 2. no tools: the parser gets [] ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("tools", [None, []])
+async def test_llama3_json_answer_without_tools_is_content(harness: Any, tools: list[Any] | None) -> None:
+    answer = '{"name": "Oslo", "parameters": {"days": 3}}'
+    h = harness("llama3-json", [[answer[:9], answer[9:], "<|eot_id|>"]])
+    body = _body() if tools is None else _body(tools=tools)
+    resp = await h.post(body)
+    message = _message(resp)
+    assert message["content"] == answer
+    assert "tool_calls" not in message
+    assert resp.json()["choices"][0]["finish_reason"] == "stop"
+    assert h.validator.seen == []
+
+
+async def test_llama3_json_call_with_tools_is_still_a_call(harness: Any) -> None:
+    call = json.dumps({"name": "get_weather", "parameters": {"city": "Oslo"}})
+    h = harness("llama3-json", [[call, "<|eot_id|>"]])
+    message = _message(await h.post(_body(tools=[WEATHER])))
+    assert message["tool_calls"][0]["function"]["name"] == "get_weather"
+
+
+async def test_llama3_json_answer_under_tool_choice_none_is_content(harness: Any) -> None:
+    answer = '{"name": "get_weather", "parameters": {"city": "Oslo"}}'
+    h = harness("llama3-json", [[answer, "<|eot_id|>"]])
+    message = _message(await h.post(_body(tools=[WEATHER], tool_choice="none")))
+    assert message["content"] == answer
+    assert "tool_calls" not in message

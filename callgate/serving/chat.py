@@ -44,7 +44,7 @@ from callgate.errors import (
 )
 from callgate.serving import audit, sse
 from callgate.serving.audit import AuditLog
-from callgate.serving.conform import conform_chat
+from callgate.serving.conform import conform_chat, parser_tools
 from callgate.serving.engine import ConstraintRef, Engine, GenerationRequest, SamplingParams
 from callgate.serving.handoff import (
     ADVISORY_CODES,
@@ -289,7 +289,7 @@ class ChatService:
         """Parse events of one generation, delta by delta; fills `rnd.result`."""
         prompt = await self._prompt(turn)
         req = turn.req
-        parser = parsers.stream_parser(self.settings.format, req.tools, thinking=req.thinking)
+        parser = parsers.stream_parser(self.settings.format, parser_tools(req), thinking=req.thinking)
         request_id = f"{turn.completion_id}-{rnd.index}"
         sampling = SamplingParams(prompt.max_tokens, req.temperature, req.top_p, req.seed, req.stop)
         stream = self.engine.generate(
@@ -354,7 +354,7 @@ class ChatService:
             self._vocabulary = await anyio.to_thread.run_sync(self.engine.tokenizer.vocabulary)
         constraint = await build_async(
             self.settings.format,
-            req.tools,
+            req.tools or (),
             req.tool_choice,
             req.parallel_tool_calls,
             req.response_format,

@@ -5,13 +5,17 @@ Knows: how the client's reasoning switch (`chat_template_kwargs.enable_thinking`
 alias `thinking`) maps onto the render options of each format — on opens the format's
 reasoning block (refused, 400, where the format has none); off is Qwen3's
 `enable_thinking=False` for the Qwen3 ChatML framing (`reasoning_effort="none"`: an empty,
-closed think block) and the plain non-reasoning prompt elsewhere.
+closed think block) and the plain non-reasoning prompt elsewhere; and which tools the
+parser and grammar are told about (the tools the prompt shows, `()` when none: "no tools"
+is not "tools unknown", which would let llama3-json read a JSON answer as a call).
 Does not know: HTTP, pydantic, templates' text, engines.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
+from typing import Any
 
 from callgate.errors import InvalidRequestError
 from callgate.formats import get_format
@@ -48,3 +52,8 @@ def reasoning_options(fmt: str, switch: ThinkingSwitch | None, effort: str | Non
     if spec.framing == QWEN3:
         return False, "none"
     return False, effort
+
+
+def parser_tools(req: ChatRequest) -> tuple[Mapping[str, Any], ...]:
+    """The tools the prompt shows: none under tool_choice `none`, `()` when none were given."""
+    return () if req.tool_choice == "none" else tuple(req.tools or ())
