@@ -29,8 +29,6 @@ from callgate.serving.tokenizer import HfTokenizer
 
 log = logging.getLogger("callgate.engine")
 
-PROCESSOR_PATH = "callgate.serving.vllm_engine:CallgateLogitsProcessor"
-
 
 def apply_environment(env: Mapping[str, str]) -> None:
     """Set vllm's environment variables; must run before vllm is imported to take effect."""
