@@ -5,15 +5,20 @@ tools meaning `[]` for the parser, and mistral's 9-character call ids."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 import httpx
 import pytest
 
+from callgate.formats import get_format
 from callgate.serving.app import create_app
+from callgate.serving.conform import call_id_factory, conform_call_ids
 from callgate.serving.fake_engine import FakeEngine
 from tests.test_server_app import ASK, MODEL, WEATHER, Harness, SchemaCheck, make_settings
+
+MISTRAL_ID = re.compile(r"[A-Za-z0-9]{9}")
 
 
 @pytest.fixture
@@ -133,3 +138,75 @@ async def test_llama3_json_answer_under_tool_choice_none_is_content(harness: Any
     message = _message(await h.post(_body(tools=[WEATHER], tool_choice="none")))
     assert message["content"] == answer
     assert "tool_calls" not in message
+
+
+# ---- 3. mistral call ids ---------------------------------------------------------------------
+
+
+def _mistral_call(arguments: Mapping[str, Any], call_id: str | None = None) -> str:
+    obj: dict[str, Any] = {"name": "get_weather", "arguments": dict(arguments)}
+    if call_id is not None:
+        obj["id"] = call_id
+    return "[TOOL_CALLS][" + json.dumps(obj) + "]</s>"
+
+
+async def test_mistral_call_without_id_gets_a_9_character_id(harness: Any) -> None:
+    h = harness("mistral", [[_mistral_call({"city": "Oslo"})]])
+    message = _message(await h.post(_body(tools=[WEATHER])))
+    call_id = message["tool_calls"][0]["id"]
+    assert MISTRAL_ID.fullmatch(call_id), call_id
+
+
+async def test_mistral_call_keeps_the_id_the_model_wrote(harness: Any) -> None:
+    h = harness("mistral", [[_mistral_call({"city": "Oslo"}, "Wq3pZ8rLm")]])
+    message = _message(await h.post(_body(tools=[WEATHER])))
+    assert message["tool_calls"][0]["id"] == "Wq3pZ8rLm"
+
+
+def _history(*ids: str) -> list[dict[str, Any]]:
+    calls = [
+        {"id": i, "type": "function", "function": {"name": "get_weather", "arguments": json.dumps({"city": c})}}
+        for i, c in zip(ids, ("Oslo", "Bergen", "Tromso"), strict=False)
+    ]
+    results = [{"role": "tool", "tool_call_id": i, "content": json.dumps({"temp": n})} for n, i in enumerate(ids)]
+    return [*ASK, {"role": "assistant", "content": None, "tool_calls": calls}, *results]
+
+
+def _rendered_ids(prompt: str) -> tuple[list[str], list[str]]:
+    calls = re.findall(r'"id": "([^"]*)"', prompt)
+    results = re.findall(r'"call_id": "([^"]*)"', prompt)
+    return calls, results
+
+
+async def test_mistral_accepts_openai_style_ids_in_history(harness: Any) -> None:
+    h = harness("mistral", [["Cold ", "everywhere."], ["Cold ", "everywhere."]])
+    body = _body(tools=[WEATHER], messages=_history("call_abc123", "call_def456", "Wq3pZ8rLm"))
+    assert _message(await h.post(body))["content"] == "Cold everywhere."
+    calls, results = _rendered_ids(h.engine.requests[0].prompt)
+    assert len(calls) == 3 and calls == results  # each result answers its own call
+    assert all(MISTRAL_ID.fullmatch(i) for i in calls), calls
+    assert len(set(calls)) == 3 and calls[2] == "Wq3pZ8rLm"  # valid ids are kept as they are
+    _message(await h.post(body))
+    assert _rendered_ids(h.engine.requests[1].prompt) == (calls, results)  # deterministic
+
+
+async def test_mistral_repair_round_renders_valid_ids(harness: Any) -> None:
+    bad = _mistral_call({"city": "Oslo", "days": "three"})
+    good = _mistral_call({"city": "Oslo", "days": 3})
+    h = harness("mistral", [[bad], [good]])
+    message = _message(await h.post(_body(tools=[WEATHER])))
+    assert message["tool_calls"][0]["function"]["arguments"] == json.dumps({"city": "Oslo", "days": 3})
+    assert len(h.engine.requests) == 2
+    calls, results = _rendered_ids(h.engine.requests[1].prompt)
+    assert len(calls) == 1 and calls == results and MISTRAL_ID.fullmatch(calls[0])
+
+
+def test_conformed_ids_are_in_the_spec_form_and_stable() -> None:
+    pattern = re.compile(get_format("mistral").markers["call_id_pattern"])
+    history = _history("call_abc123", "call_abc124", "Wq3pZ8rLm")
+    once = conform_call_ids("mistral", history)
+    assert all(pattern.fullmatch(i) for i in _rendered_ids(json.dumps(once))[0])
+    assert conform_call_ids("mistral", once) == once  # ids in form are kept: mapping twice changes nothing
+    assert conform_call_ids("hermes", history) == tuple(history)  # OpenAI ids are fine elsewhere
+    assert pattern.fullmatch(call_id_factory("mistral")(0))
+    assert call_id_factory("hermes")(0).startswith("call_")

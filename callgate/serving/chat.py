@@ -44,7 +44,7 @@ from callgate.errors import (
 )
 from callgate.serving import audit, sse
 from callgate.serving.audit import AuditLog
-from callgate.serving.conform import conform_chat, parser_tools
+from callgate.serving.conform import call_id_factory, conform_call_ids, conform_chat, parser_tools
 from callgate.serving.engine import ConstraintRef, Engine, GenerationRequest, SamplingParams
 from callgate.serving.handoff import (
     ADVISORY_CODES,
@@ -289,7 +289,8 @@ class ChatService:
         """Parse events of one generation, delta by delta; fills `rnd.result`."""
         prompt = await self._prompt(turn)
         req = turn.req
-        parser = parsers.stream_parser(self.settings.format, parser_tools(req), thinking=req.thinking)
+        fmt = self.settings.format
+        parser = parsers.stream_parser(fmt, parser_tools(req), thinking=req.thinking, call_ids=call_id_factory(fmt))
         request_id = f"{turn.completion_id}-{rnd.index}"
         sampling = SamplingParams(prompt.max_tokens, req.temperature, req.top_p, req.seed, req.stop)
         stream = self.engine.generate(
@@ -454,7 +455,8 @@ class ChatService:
             )
             raise ChatFailure(error, turn.callgate_block())
         self.metrics.repair()
-        turn.messages += repair_messages(rnd.result, rnd.verdicts)
+        messages = [*turn.messages, *repair_messages(rnd.result, rnd.verdicts)]
+        turn.messages = list(conform_call_ids(self.settings.format, messages))
 
     async def _finish_quick(self, turn: _Turn, rnd: _Round) -> None:
         """Await the heads (answer-position ones run now, on the conversation plus the answer)."""

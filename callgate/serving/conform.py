@@ -7,33 +7,49 @@ reasoning block (refused, 400, where the format has none); off is Qwen3's
 `enable_thinking=False` for the Qwen3 ChatML framing (`reasoning_effort="none"`: an empty,
 closed think block) and the plain non-reasoning prompt elsewhere; and which tools the
 parser and grammar are told about (the tools the prompt shows, `()` when none: "no tools"
-is not "tools unknown", which would let llama3-json read a JSON answer as a call).
+is not "tools unknown", which would let llama3-json read a JSON answer as a call); and call ids for formats whose
+spec fixes their form (`call_id_pattern`: mistral's 9 letters/digits): fresh ids in that
+form for calls the model wrote without one, and the client's history ids (OpenAI's
+`call_abc123`) mapped onto it, deterministically and consistently between an assistant's
+`tool_calls` and the tool messages answering them.
 Does not know: HTTP, pydantic, templates' text, engines.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+import hashlib
+import re
+import secrets
+import string
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from callgate.errors import InvalidRequestError
 from callgate.formats import get_format
+from callgate.parsers.base import CallIdFactory, random_call_id
 from callgate.serving.protocol import ChatRequest, QuickRequest, ThinkingSwitch
 from callgate.templates.chatml import QWEN3  # its renderer reads reasoning_effort "none" as thinking off
+
+SHORT_ID_ALPHABET = string.ascii_letters + string.digits
+SHORT_ID_LENGTH = 9  # mistral-common v3 tekken: ids of exactly 9 letters/digits
+
+Messages = tuple[Mapping[str, Any], ...]
 
 
 def conform_chat(fmt: str, req: ChatRequest) -> ChatRequest:
     """`req` with render options and call ids fit for format `fmt`; 400 for a reasoning
     switch the format cannot honour."""
     thinking, effort = reasoning_options(fmt, req.thinking_switch, req.reasoning_effort)
-    return dataclasses.replace(req, thinking=thinking, reasoning_effort=effort)
+    messages = conform_call_ids(fmt, req.messages)
+    return dataclasses.replace(req, thinking=thinking, reasoning_effort=effort, messages=messages)
 
 
 def conform_quick(fmt: str, req: QuickRequest) -> QuickRequest:
     """The /v1/quick counterpart of `conform_chat`."""
     thinking, effort = reasoning_options(fmt, req.thinking_switch, req.reasoning_effort)
-    return dataclasses.replace(req, thinking=thinking, reasoning_effort=effort)
+    messages = conform_call_ids(fmt, req.messages)
+    return dataclasses.replace(req, thinking=thinking, reasoning_effort=effort, messages=messages)
 
 
 def reasoning_options(fmt: str, switch: ThinkingSwitch | None, effort: str | None) -> tuple[bool, str | None]:
@@ -57,3 +73,78 @@ def reasoning_options(fmt: str, switch: ThinkingSwitch | None, effort: str | Non
 def parser_tools(req: ChatRequest) -> tuple[Mapping[str, Any], ...]:
     """The tools the prompt shows: none under tool_choice `none`, `()` when none were given."""
     return () if req.tool_choice == "none" else tuple(req.tools or ())
+
+
+# ---- call ids -----------------------------------------------------------------------------
+
+
+def call_id_factory(fmt: str) -> CallIdFactory:
+    """Ids for calls the model wrote without one: OpenAI's form, or the format's own."""
+    return random_call_id if _id_pattern(fmt) is None else short_call_id
+
+
+def short_call_id(index: int) -> str:
+    """A random id of 9 letters/digits (index unused)."""
+    del index
+    return "".join(secrets.choice(SHORT_ID_ALPHABET) for _ in range(SHORT_ID_LENGTH))
+
+
+def conform_call_ids(fmt: str, messages: Sequence[Mapping[str, Any]]) -> Messages:
+    """`messages` with every call id the format cannot write replaced by one it can; ids
+    already in form are kept. The mapping depends only on the conversation, so equal
+    conversations render equally (prefix cache) and a call and its result keep matching."""
+    pattern = _id_pattern(fmt)
+    if pattern is None:
+        return tuple(messages)
+    ids = list(dict.fromkeys(_ids(messages)))
+    taken = {i for i in ids if pattern.fullmatch(i)}
+    mapping: dict[str, str] = {}
+    for old in ids:
+        if old not in taken:
+            mapping[old] = _derived_id(old, taken)
+            taken.add(mapping[old])
+    if not mapping:
+        return tuple(messages)
+    return tuple(_renamed(m, mapping) for m in messages)
+
+
+def _id_pattern(fmt: str) -> re.Pattern[str] | None:
+    pattern = get_format(fmt).markers.get("call_id_pattern")
+    return None if pattern is None else re.compile(pattern)
+
+
+def _ids(messages: Iterable[Mapping[str, Any]]) -> Iterable[str]:
+    for m in messages:
+        for call in m.get("tool_calls") or ():
+            if isinstance(call.get("id"), str):
+                yield call["id"]
+        if isinstance(m.get("tool_call_id"), str):
+            yield m["tool_call_id"]
+
+
+def _derived_id(old: str, taken: set[str]) -> str:
+    """9 letters/digits from a hash of `old`; salted again on the (rare) clash."""
+    salt = 0
+    while True:
+        digest = int.from_bytes(hashlib.sha256(f"{salt}:{old}".encode()).digest(), "big")
+        chars = []
+        for _ in range(SHORT_ID_LENGTH):
+            digest, k = divmod(digest, len(SHORT_ID_ALPHABET))
+            chars.append(SHORT_ID_ALPHABET[k])
+        candidate = "".join(chars)
+        if candidate not in taken:
+            return candidate
+        salt += 1
+
+
+def _renamed(message: Mapping[str, Any], mapping: Mapping[str, str]) -> Mapping[str, Any]:
+    out = dict(message)
+    if out.get("tool_calls"):
+        out["tool_calls"] = [{**c, "id": _mapped(c.get("id"), mapping)} for c in out["tool_calls"]]
+    if "tool_call_id" in out:
+        out["tool_call_id"] = _mapped(out["tool_call_id"], mapping)
+    return out
+
+
+def _mapped(call_id: Any, mapping: Mapping[str, str]) -> Any:
+    return mapping.get(call_id, call_id) if isinstance(call_id, str) else call_id
