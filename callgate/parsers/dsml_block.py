@@ -173,26 +173,20 @@ class BlockReader:
     def closed(self) -> bool:
         return self._state is _S.CLOSED
 
-    @property
-    def done(self) -> bool:
-        return self._state in (_S.CLOSED, _S.FAILED)
-
     def run(self, buf: Buffer, *, final: bool) -> list[Event]:
         events: list[Event] = []
         while True:
             state, pos = self._state, buf.pos
-            if state is _S.CLOSED or state is _S.FAILED:
+            if state is _S.VALUE:
+                events += self._read_value(buf, final)
+            elif state is _S.NAME or state is _S.KEY:
+                events += self._read_name(buf, final)
+            elif state is _S.CLOSED or state is _S.FAILED:
                 return events
-            events += self._step(buf, final)
+            else:
+                events += self._read_literal(buf, final)
             if self._state is state and buf.pos == pos:
                 return events  # needs more text
-
-    def _step(self, buf: Buffer, final: bool) -> list[Event]:
-        if self._state in (_S.NAME, _S.KEY):
-            return self._read_name(buf, final)
-        if self._state is _S.VALUE:
-            return self._read_value(buf, final)
-        return self._read_literal(buf, final)
 
     # ---- literal tags ---------------------------------------------------------------
 
