@@ -46,8 +46,8 @@ from tests.test_fuzz_parsers import MUTATIONS, Seed, check_invariants, fragments
 from tests.test_load import (  # noqa: E402
     ServerProcess,
     drop_stream,
-    free_port,
     load,
+    start_real_server,
     wait_until,
 )
 
@@ -149,26 +149,6 @@ def _best_time(format: str, base: Seed, text: str) -> float:
 
 
 # ---- load on the real model -------------------------------------------------------------------
-
-
-def start_real_server(batch: int, queue: int, log_path: Path, startup_s: float = 900) -> ServerProcess:
-    port = free_port()
-    cmd = [sys.executable, "-m", "callgate", "serve", "--port", str(port), "--max-num-seqs", str(batch)]
-    cmd += ["--max-queue", str(queue), "--max-model-len", "2048", "--log-level", "warning"]
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
-    server = ServerProcess(proc, f"http://127.0.0.1:{port}", log_path)
-    deadline = time.monotonic() + startup_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"callgate serve exited {proc.returncode}:\n{server.output()[-3000:]}")
-        try:
-            server.health(timeout_s=2)
-            return server
-        except Exception:
-            time.sleep(1)
-    proc.kill()
-    raise RuntimeError("callgate serve did not become healthy")
 
 
 def real_load(args: argparse.Namespace, work: Path) -> dict[str, Any]:
