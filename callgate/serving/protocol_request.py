@@ -1,0 +1,198 @@
+"""The validated requests: a raw body turned into a frozen `ChatRequest` / `QuickRequest`
+(messages and tools as OpenAI-style dicts, ready for templates.render), or an
+`InvalidRequestError` (400) / `PayloadTooLargeError` (413) naming the offending field.
+
+Knows: the wire models (protocol_wire.py), the checks (protocol_checks.py) and the defaults
+OpenAI documents. Does not know: the served format (serving/conform.py fits a request to
+it), templates, engines, parsers or validators.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from callgate.errors import InvalidRequestError, PayloadTooLargeError
+from callgate.serving.protocol_checks import (
+    ToolChoice,
+    check_messages,
+    check_response_format,
+    check_stop,
+    check_tool_choice,
+    check_tools,
+)
+from callgate.serving.protocol_wire import (
+    CallgateExtensionWire,
+    ChatCompletionWire,
+    QuickWire,
+    TemplateKwargsWire,
+    wire_error,
+)
+from callgate.serving.settings import Limits
+
+
+@dataclass(frozen=True, slots=True)
+class ThinkingSwitch:
+    """The client's reasoning switch as sent: `chat_template_kwargs.<key>` = `on`. What it
+    means depends on the served format (serving/conform.py)."""
+
+    key: str  # "enable_thinking" or its alias "thinking"
+    on: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ChatRequest:
+    """A validated chat request. Messages and tools are OpenAI-style dicts (content as a
+    string, tool_calls[].function.arguments as a JSON string), ready for templates.render."""
+
+    model: str | None
+    messages: tuple[Mapping[str, Any], ...]
+    tools: tuple[Mapping[str, Any], ...] | None
+    tool_choice: ToolChoice
+    parallel_tool_calls: bool
+    max_tokens: int | None
+    temperature: float
+    top_p: float
+    seed: int | None
+    stop: tuple[str, ...]
+    stream: bool
+    include_usage: bool
+    response_format: Mapping[str, Any] | None
+    user: str | None
+    max_repairs: int | None
+    quick: tuple[str, ...]
+    reasoning_effort: str | None
+    thinking: bool  # the prompt opens a reasoning block (set from the switch by conform.py)
+    thinking_switch: ThinkingSwitch | None = None
+
+    def function_of(self, name: str) -> Mapping[str, Any] | None:
+        """The declared `function` object of tool `name`; None when no such tool is declared."""
+        for tool in self.tools or ():
+            fn: Mapping[str, Any] = tool["function"]
+            if fn["name"] == name:
+                return fn
+        return None
+
+    def schema_of(self, name: str) -> Mapping[str, Any] | None:
+        """The declared `parameters` of tool `name`; None when no such tool is declared."""
+        fn = self.function_of(name)
+        if fn is None:
+            return None
+        params: Mapping[str, Any] = fn.get("parameters") or {"type": "object", "properties": {}}
+        return params
+
+    def is_strict(self, name: str) -> bool:
+        """Whether tool `name` was declared with OpenAI's `strict: true`."""
+        fn = self.function_of(name)
+        return bool(fn and fn.get("strict"))
+
+
+def parse_chat_request(body: bytes, limits: Limits) -> ChatRequest:
+    """Raw body -> ChatRequest. Raises InvalidRequestError (400) / PayloadTooLargeError (413)."""
+    if len(body) > limits.max_body_bytes:
+        raise PayloadTooLargeError(f"request body is {len(body)} bytes; the limit is {limits.max_body_bytes}")
+    try:
+        wire = ChatCompletionWire.model_validate_json(body)
+    except ValidationError as exc:
+        raise wire_error(exc) from None
+    return _to_request(wire, limits)
+
+
+def _to_request(wire: ChatCompletionWire, limits: Limits) -> ChatRequest:
+    if wire.n != 1:
+        raise InvalidRequestError("n: only n=1 is supported", param="n")
+    tools = check_tools(wire.tools, limits)
+    tool_choice = check_tool_choice(wire.tool_choice, tools)
+    messages = check_messages(wire.messages, limits)
+    max_tokens = wire.max_completion_tokens or wire.max_tokens
+    if max_tokens is not None and max_tokens > limits.max_tokens:
+        field = "max_completion_tokens" if wire.max_completion_tokens else "max_tokens"
+        raise InvalidRequestError(f"{field}: {max_tokens} exceeds the limit {limits.max_tokens}", param=field)
+    ext = wire.callgate or CallgateExtensionWire()
+    if len(ext.quick) > limits.max_quick_tasks:
+        raise InvalidRequestError(f"callgate.quick: at most {limits.max_quick_tasks} tasks", param="callgate.quick")
+    kwargs = wire.chat_template_kwargs or TemplateKwargsWire()
+    return ChatRequest(
+        model=wire.model,
+        messages=messages,
+        tools=tools,
+        tool_choice=tool_choice,
+        parallel_tool_calls=wire.parallel_tool_calls,
+        max_tokens=max_tokens,
+        temperature=1.0 if wire.temperature is None else wire.temperature,
+        top_p=1.0 if wire.top_p is None else wire.top_p,
+        seed=wire.seed,
+        stop=check_stop(wire.stop, limits),
+        stream=wire.stream,
+        include_usage=bool(wire.stream_options and wire.stream_options.include_usage),
+        response_format=check_response_format(wire.response_format, limits),
+        user=wire.user,
+        max_repairs=ext.max_repairs,
+        quick=tuple(ext.quick),
+        reasoning_effort=wire.reasoning_effort,
+        thinking=bool(kwargs.enable_thinking or kwargs.thinking),
+        thinking_switch=_thinking_switch(kwargs),
+    )
+
+
+def _thinking_switch(kwargs: TemplateKwargsWire) -> ThinkingSwitch | None:
+    if kwargs.enable_thinking is not None and kwargs.thinking is not None and kwargs.enable_thinking != kwargs.thinking:
+        raise InvalidRequestError(
+            "chat_template_kwargs: enable_thinking and thinking disagree", param="chat_template_kwargs"
+        )
+    if kwargs.enable_thinking is not None:
+        return ThinkingSwitch("enable_thinking", kwargs.enable_thinking)
+    if kwargs.thinking is not None:
+        return ThinkingSwitch("thinking", kwargs.thinking)
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class QuickRequest:
+    """A validated /v1/quick request; task names are checked by the quick service."""
+
+    model: str | None
+    messages: tuple[Mapping[str, Any], ...]
+    tasks: tuple[str, ...]
+    tools: tuple[Mapping[str, Any], ...] | None
+    labels: Mapping[str, tuple[str, ...]]
+    reasoning_effort: str | None
+    thinking: bool
+    thinking_switch: ThinkingSwitch | None = None
+
+
+_LABEL_TASKS = ("authority", "domain")
+
+
+def parse_quick_request(body: bytes, limits: Limits) -> QuickRequest:
+    """Raw body -> QuickRequest. Raises InvalidRequestError (400) / PayloadTooLargeError (413)."""
+    if len(body) > limits.max_body_bytes:
+        raise PayloadTooLargeError(f"request body is {len(body)} bytes; the limit is {limits.max_body_bytes}")
+    try:
+        wire = QuickWire.model_validate_json(body)
+    except ValidationError as exc:
+        raise wire_error(exc) from None
+    if len(wire.tasks) > limits.max_quick_tasks:
+        raise InvalidRequestError(f"tasks: at most {limits.max_quick_tasks} tasks", param="tasks")
+    labels: dict[str, tuple[str, ...]] = {}
+    for task, words in (wire.labels or {}).items():
+        if task not in _LABEL_TASKS or not words or not all(w.strip() for w in words):
+            raise InvalidRequestError(
+                f"labels.{task}: label sets are non-empty lists of words for {' / '.join(_LABEL_TASKS)}",
+                param=f"labels.{task}",
+            )
+        labels[task] = tuple(dict.fromkeys(words))
+    kwargs = wire.chat_template_kwargs or TemplateKwargsWire()
+    return QuickRequest(
+        model=wire.model,
+        messages=check_messages(wire.messages, limits),
+        tasks=tuple(wire.tasks),
+        tools=check_tools(wire.tools, limits),
+        labels=labels,
+        reasoning_effort=wire.reasoning_effort,
+        thinking=bool(kwargs.enable_thinking or kwargs.thinking),
+        thinking_switch=_thinking_switch(kwargs),
+    )

@@ -1,0 +1,158 @@
+"""The OpenAI wire as pydantic models (the only place pydantic is used): the chat-completions
+and /v1/quick request bodies, how a pydantic error becomes an `InvalidRequestError` naming
+the field, and the OpenAPI request-body document built from the models.
+
+Knows: OpenAI's request shapes and callgate's extensions (`callgate`: max_repairs, quick;
+`reasoning_effort`; `chat_template_kwargs`). Does not know: limits, the validated request
+(protocol_request.py), templates, engines, parsers or validators.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from callgate.errors import InvalidRequestError
+
+
+class _Wire(BaseModel):
+    # strict: "5" is not an int. Unknown fields are ignored, as OpenAI-compatible servers do.
+    model_config = ConfigDict(strict=True, extra="ignore", frozen=True)
+
+
+class FunctionCallWire(_Wire):
+    name: str
+    arguments: str
+
+
+class ToolCallWire(_Wire):
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCallWire
+
+
+class TextPartWire(_Wire):
+    type: Literal["text"]
+    text: str
+
+
+class MessageWire(_Wire):
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[TextPartWire] | None = None
+    name: str | None = None
+    tool_calls: list[ToolCallWire] | None = None
+    tool_call_id: str | None = None
+    reasoning_content: str | None = None
+
+
+class FunctionWire(_Wire):
+    name: str = Field(pattern=r"^[A-Za-z0-9_.\-]{1,64}$")
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class ToolWire(_Wire):
+    type: Literal["function"]
+    function: FunctionWire
+
+
+class NamedFunctionWire(_Wire):
+    name: str
+
+
+class NamedToolChoiceWire(_Wire):
+    type: Literal["function"]
+    function: NamedFunctionWire
+
+
+class StreamOptionsWire(_Wire):
+    include_usage: bool = False
+
+
+class ResponseFormatWire(_Wire):
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: dict[str, Any] | None = None
+
+
+class TemplateKwargsWire(_Wire):
+    enable_thinking: bool | None = None
+    thinking: bool | None = None
+
+
+class CallgateExtensionWire(_Wire):
+    max_repairs: int | None = Field(default=None, ge=0, le=8)
+    quick: list[str] = Field(default_factory=list)
+
+
+class ChatCompletionWire(_Wire):
+    model: str | None = None
+    messages: list[MessageWire] = Field(min_length=1)
+    tools: list[ToolWire] | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoiceWire | None = None
+    parallel_tool_calls: bool = True
+    max_tokens: int | None = Field(default=None, ge=1)
+    max_completion_tokens: int | None = Field(default=None, ge=1)
+    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
+    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    seed: int | None = Field(default=None, ge=-(2**63), lt=2**63)
+    stop: str | list[str] | None = None
+    stream: bool = False
+    stream_options: StreamOptionsWire | None = None
+    response_format: ResponseFormatWire | None = None
+    user: str | None = None
+    n: int = 1
+    reasoning_effort: Literal["none", "minimal", "low", "medium", "high", "max"] | None = None
+    chat_template_kwargs: TemplateKwargsWire | None = None
+    callgate: CallgateExtensionWire | None = None
+
+
+class QuickWire(_Wire):
+    model: str | None = None
+    messages: list[MessageWire] = Field(min_length=1)
+    tasks: list[str] = Field(min_length=1)
+    tools: list[ToolWire] | None = None
+    labels: dict[str, list[str]] | None = None  # label sets of authority / domain for this request
+    reasoning_effort: Literal["none", "minimal", "low", "medium", "high", "max"] | None = None
+    chat_template_kwargs: TemplateKwargsWire | None = None
+
+
+def wire_error(exc: ValidationError) -> InvalidRequestError:
+    """The first error of a pydantic validation as a 400 naming the field (`invalid_json` for
+    a body that is not JSON, `invalid_type` for one that is not an object)."""
+    err = exc.errors(include_url=False)[0]
+    if err["type"] == "json_invalid":
+        return InvalidRequestError(f"body is not valid JSON: {err['msg']}", code="invalid_json")
+    param = ".".join(str(p) for p in err["loc"] if not _is_union_tag(p)) or None
+    if err["type"] == "model_type" and not err["loc"]:
+        return InvalidRequestError("body must be a JSON object", code="invalid_type")
+    return InvalidRequestError(f"{param}: {err['msg']}", param=param, code="invalid_value")
+
+
+def _is_union_tag(part: int | str) -> bool:
+    """pydantic puts the union member it tried into `loc` (`str`, `literal[...]`, a model name)."""
+    return isinstance(part, str) and (
+        part in {"str", "int", "float", "bool", "list", "dict"} or "[" in part or part.endswith("Wire")
+    )
+
+
+def openapi_body(model: type[BaseModel]) -> dict[str, Any]:
+    """An operation's `requestBody` for FastAPI's `openapi_extra`: the wire model's JSON
+    Schema with its definitions inlined (the routes read raw bodies, so FastAPI cannot
+    infer one; the document serves clients and API fuzzers)."""
+    schema = model.model_json_schema()
+    defs = schema.pop("$defs", {})
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": _inline(schema, defs)}}}}
+
+
+def _inline(node: Any, defs: Mapping[str, Any]) -> Any:
+    if isinstance(node, dict):
+        ref = node.get("$ref")
+        if isinstance(ref, str) and ref.startswith("#/$defs/"):
+            return _inline(defs[ref.removeprefix("#/$defs/")], defs)
+        return {k: _inline(v, defs) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_inline(v, defs) for v in node]
+    return node
