@@ -318,6 +318,15 @@ def test_index_keeps_continuations_after_an_accepting_point(text: str) -> None:
     assert state is not None and c.index.is_final_state(state)
 
 
+@pytest.mark.parametrize("fmt", ["hermes", "dsml-v4", "dsml-v3.2", "qwen3-xml", "llama3-json", "mistral"])
+@pytest.mark.parametrize("thinking", [False, True])
+@pytest.mark.parametrize("choice", ["none", "auto", "required", NAMED])
+def test_every_mode_compiles_and_needs_output(fmt: str, thinking: bool, choice: Any) -> None:
+    c = constraints.build(fmt, [WEATHER, CLOCK], choice, True, None, byte_vocabulary(), thinking=thinking)
+    assert c is not None and c.index is not None
+    assert not full(c.regex, "")
+
+
 def test_raw_vocabulary_needs_the_eos_id() -> None:
     tokens = {bytes([b]): [b] for b in range(256)}
     with pytest.raises(TypeError, match="eos_token_id"):

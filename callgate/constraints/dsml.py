@@ -26,13 +26,14 @@ BAR = "\uff5c"
 
 
 def content(fmt: ToolCallFormat) -> str:
-    """Text up to EOS or the call block: no think tags, no DSML marker."""
-    return text_without(_think(fmt), banned=BAR)
+    """Text up to EOS or the call block (at least one character): no think tags, no DSML
+    marker."""
+    return text_without(_think(fmt), banned=BAR, nonempty=True)
 
 
 def reasoning(fmt: ToolCallFormat) -> str:
     assert fmt.reasoning_close is not None
-    return content(fmt) + literal(fmt.reasoning_close)
+    return text_without(_think(fmt), banned=BAR) + literal(fmt.reasoning_close)
 
 
 def _think(fmt: ToolCallFormat) -> list[str]:

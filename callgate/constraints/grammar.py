@@ -59,6 +59,9 @@ def grammar(req: GrammarRequest) -> Grammar:
     `a(?:xb)*` then refuses "axb" (the "x" after the accepting "a"), which here would forbid
     a second parallel call or a call after content. With `$` no state before the end of
     text is a match state, and every continuation is kept (tests/test_constraints.py).
+    outlines-core refuses an end-anchored regex that matches the empty text ("anchored
+    universal start state doesn't exist"), so content is at least one character wherever
+    it can stand alone.
     """
     g = _grammar(req)
     return Grammar(f"(?:{g.regex})$", g.trigger)
@@ -92,4 +95,4 @@ def _auto(fmt: ToolCallFormat, fam: ModuleType, req: GrammarRequest, prefix: str
     content: str = fam.content(fmt)
     if not mixes:
         return Grammar(f"{prefix}(?:{content}|{calls})", None)
-    return Grammar(f"{prefix}{content}(?:{calls})?", None)
+    return Grammar(f"{prefix}(?:{content}(?:{calls})?|{calls})", None)

@@ -33,13 +33,14 @@ def _call_object(tool: ToolSpec, fmt: ToolCallFormat, extra: str = "") -> str:
 
 
 def content(fmt: ToolCallFormat) -> str:
-    """Free text the parser reads as content: no control token, no call syntax."""
+    """Free text the parser reads as content (at least one character): no control token,
+    no call syntax."""
     if fmt.markers["call_layout"] == "single":
         # Output starting with <|python_tag|>, { or [ is a call; a call object later on
         # is text_before_call.
         rest = text_without([*fmt.special_tokens, fmt.markers["call_in_text"]])
-        return rf"(?:[^{{\[<]{rest})?"
-    return text_without(fmt.special_tokens)
+        return rf"[^{{\[<]{rest}"
+    return text_without(fmt.special_tokens, nonempty=True)
 
 
 def reasoning(fmt: ToolCallFormat) -> str:

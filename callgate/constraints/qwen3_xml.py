@@ -32,10 +32,11 @@ def _value_markers(fmt: ToolCallFormat) -> list[str]:
 
 
 def content(fmt: ToolCallFormat) -> str:
-    """Text before the first call: no control token and no stray call tag."""
+    """Text before the first call (at least one character): no control token and no stray
+    call tag."""
     m = fmt.markers
     tags = [m["function_open"], m["function_close"], m["parameter_open"], m["parameter_close"]]
-    return text_without([*fmt.special_tokens, *tags])
+    return text_without([*fmt.special_tokens, *tags], nonempty=True)
 
 
 def reasoning(fmt: ToolCallFormat) -> str:

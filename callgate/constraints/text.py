@@ -104,9 +104,9 @@ def _leave(node: _Node, excluded: frozenset[str]) -> str:
     return alternation(alts)
 
 
-def text_without(markers: Iterable[str], *, banned: str = "") -> str:
-    """Regex of every text (possibly empty) that contains none of `markers` and none of the
-    characters in `banned`.
+def text_without(markers: Iterable[str], *, banned: str = "", nonempty: bool = False) -> str:
+    """Regex of every text (possibly empty; at least one character with `nonempty`) that
+    contains none of `markers` and none of the characters in `banned`.
 
     Exact, not an approximation, under one condition checked here: the first character of
     each marker occurs in no marker at any later position (then, after a mismatch inside a
@@ -121,7 +121,7 @@ def text_without(markers: Iterable[str], *, banned: str = "") -> str:
     starts = _check_restartable(words)
     excluded = banned_set | starts
     if not words:
-        return char_class_excluding(excluded) + "*"
+        return char_class_excluding(excluded) + ("+" if nonempty else "*")
     if not all(c.isascii() for w in words for c in w):
         raise ValueError("text_without needs ASCII markers (ban non-ASCII marker characters instead)")
     roots = _trie(words)
@@ -131,4 +131,5 @@ def text_without(markers: Iterable[str], *, banned: str = "") -> str:
     # sub-automaton per marker prefix multiplied the states (measured: 1771 -> see README).
     wide = "[^\\x00-\\x7F" + "".join(_class_char(c) for c in sorted(banned_set) if not c.isascii()) + "]"
     plain = ascii_class_excluding(excluded)
-    return f"(?:{plain}|{stay}*(?:{leave}|{wide}))*{stay}*"
+    step = f"(?:{plain}|{stay}*(?:{leave}|{wide}))"
+    return f"(?:{step}+{stay}*|{stay}+)" if nonempty else f"{step}*{stay}*"
