@@ -14,7 +14,10 @@ of the output; each call's CallStart and ArgumentsDelta stream earlier. A comple
 without the final end-of-sentence token is accepted (engines strip it), unlike the
 reference. A call to a tool not in `tools` is still a candidate, with `unknown_tool`.
 
-Cost: feed(delta) looks at the delta plus a hold-back of at most one marker.
+Cost: feed(delta) looks at the delta plus a hold-back of at most one marker. Most deltas
+skip the machine (`_quick`, BlockReader.quick): with nothing held back, text, value or name
+text that cannot start or end a marker becomes at most one event; text that only extends
+the start of a marker or tag is held back. Markers are compiled once per format.
 """
 
 from __future__ import annotations
@@ -96,7 +99,11 @@ class DsmlParser:
 
     def feed(self, delta: str) -> list[Event]:
         if delta:
-            events = self._quick(delta)
+            block = self._block
+            if self._state is _S.BLOCK and block is not None:  # argument text: not for the result builder
+                events = block.quick(self._buf, delta)
+            else:
+                events = self._quick(delta)
             if events is not None:
                 return events
         self._buf.append(delta)
@@ -117,13 +124,10 @@ class DsmlParser:
     # ---- shortcuts for feed: the same outcome as `_run`, with less work --------------
 
     def _quick(self, delta: str) -> list[Event] | None:
-        """What `_run` would do with `delta`, done directly when that is simple: text that
-        cannot start, end or continue a marker becomes one event; the start of a marker
-        is only held back. None: the machine must read it."""
+        """What `_run` would do with `delta` outside the block, done directly when that is
+        simple: text that cannot start, end or continue a marker becomes one event; the start
+        of a marker is only held back. None: the machine must read it."""
         buf, state = self._buf, self._state
-        if state is _S.BLOCK:
-            assert self._block is not None
-            return self._block.quick(buf, delta)  # argument text: the result builder needs not see it
         held = buf.rest()
         if state is _S.CONTENT or state is _S.REASONING:
             if not held and self._markers.starts.search(delta) is None:

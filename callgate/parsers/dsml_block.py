@@ -92,6 +92,7 @@ class _Syntax:
 
     fmt: ToolCallFormat
     values: MarkerSet  # what ends a value
+    value_stop: re.Pattern[str]  # value text without these cannot end the value and needs no escape
     literals: dict[_S, tuple[tuple[str, _S | str], ...]]  # state -> (literal, next state or action)
     # state -> texts that are a proper prefix of one of its literals (or of the end of turn)
     # and contain none: the state can only wait for more
@@ -107,7 +108,9 @@ def _syntax(fmt: ToolCallFormat) -> _Syntax:
         return known
     literals = _literal_table(fmt)
     pending = {state: _proper_prefixes([lit for lit, _ in alts] + [fmt.eos]) for state, alts in literals.items()}
-    known = _Syntax(fmt, MarkerSet((fmt.markers["param_close"], fmt.eos)), literals, pending)
+    values = MarkerSet((fmt.markers["param_close"], fmt.eos))
+    value_stop = re.compile(f"{values.starts.pattern}|{_TO_ESCAPE.pattern}")
+    known = _Syntax(fmt, values, value_stop, literals, pending)
     _SYNTAX[fmt.name] = known
     return known
 
@@ -145,6 +148,7 @@ class BlockReader:
         self._call_ids = call_ids
         syntax = _syntax(fmt)
         self._values = syntax.values
+        self._value_stop = syntax.value_stop
         self._pending = syntax.pending
         self._state = _S.OPEN
         self._index = first_index
@@ -274,11 +278,13 @@ class BlockReader:
         expects is only held back. None: `run` must read it (nothing was done)."""
         state, held = self._state, buf.rest()
         if not held:
-            if state is _S.VALUE and self._values.starts.search(delta) is None:
-                buf.skip(len(delta))
+            if state is _S.VALUE and (self._value_stop.search(delta) is None or not self._values.starts.search(delta)):
+                buf.skip(len(delta))  # nothing that can end the value
                 self._raw.append(delta)
                 self._value.append(delta)
-                return [ArgumentsDelta(self._index, _escaped(delta))] if self._is_str else []
+                if not self._is_str:
+                    return []
+                return [ArgumentsDelta(self._index, delta if _TO_ESCAPE.search(delta) is None else _escaped(delta))]
             if (state is _S.NAME or state is _S.KEY) and _NAME_STOP.search(delta) is None:
                 buf.skip(len(delta))
                 self._raw.append(delta)

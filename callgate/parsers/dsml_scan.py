@@ -34,9 +34,7 @@ class Buffer:
 
     def skip(self, n: int) -> None:
         """Count `n` characters handled outside the buffer (only when nothing is unconsumed)."""
-        self._base += self.pos + n
-        self._text = ""
-        self.pos = 0
+        self._base += n  # the text is all consumed: offset = _base + pos moves by n
 
     @property
     def offset(self) -> int:
