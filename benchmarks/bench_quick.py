@@ -30,6 +30,7 @@ import os
 import platform
 import random
 import statistics
+import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -361,7 +362,11 @@ def main() -> None:
         "targets": {"speedup_at_1000": 5.0, "max_slowdown": 0.10},
         "samples": {"heads": [asdict(h) for h in heads], "stream": [asdict(s) for s in streams]},
     }
-    print(json.dumps(result))
+    print(json.dumps(result), flush=True)
+    sys.stderr.flush()
+    # vLLM's AsyncLLM.__del__ runs again at interpreter exit, after its modules are torn down,
+    # and prints a TypeError after the JSON line; both engines are already shut down here.
+    os._exit(0)
 
 
 if __name__ == "__main__":
