@@ -140,7 +140,10 @@ FORBIDDEN = {
 
 
 def completion(fmt: str, tools: list[dict[str, Any]], calls: list[tuple[str, dict[str, Any]]]) -> str:
-    turn = {"role": "assistant", "content": "", "tool_calls": openai_tool_calls(calls)}
+    tool_calls = openai_tool_calls(calls)
+    if fmt == "mistral":  # mistral-common ids are 9 alphanumerics
+        tool_calls = [{**c, "id": f"c{i:08d}"} for i, c in enumerate(tool_calls)]
+    turn = {"role": "assistant", "content": "", "tool_calls": tool_calls}
     eos = get_format(fmt).eos
     text = assistant_completion(fmt, [{"role": "user", "content": "go"}], turn, tools, eos=eos)
     return text[: -len(eos)]
