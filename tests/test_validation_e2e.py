@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from callgate.serving.audit import read_records
-from tests.test_e2e_serving import ASK_WEATHER, WEATHER, client, free_port, wait_until_healthy
+from tests.test_e2e_serving import ASK_WEATHER, WEATHER, free_port, wait_until_healthy
 from tests.validator_app import received, running_validator
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -62,18 +62,17 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
 
 
 def test_rejected_call_is_repaired_by_the_model(served: Served) -> None:
-    raw = (
-        client(served.base)
-        .chat.completions.with_raw_response.create(
+    import openai
+
+    with openai.OpenAI(base_url=f"{served.base}/v1", api_key="unused", timeout=300, max_retries=0) as client:
+        raw = client.chat.completions.with_raw_response.create(
             model=MODEL_NAME,
             messages=ASK_WEATHER,
             tools=[WEATHER],
             tool_choice="required",
             max_tokens=96,
             temperature=0,
-        )
-        .http_response.json()
-    )
+        ).http_response.json()
     [call] = raw["choices"][0]["message"]["tool_calls"]
     assert raw["choices"][0]["finish_reason"] == "tool_calls" and call["function"]["name"] == "get_weather"
     block = raw["callgate"]
