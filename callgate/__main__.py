@@ -127,6 +127,17 @@ def _add_serve_flags(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument("--max-stop-sequences", type=int, default=lim.max_stop_sequences, help="stop sequences per request")
     g.add_argument("--grammar-timeout", type=float, default=lim.grammar_timeout_s, help="seconds to compile a grammar")
+    g.add_argument(
+        "--grammar-cache-dir",
+        default=None,
+        help="keep compiled grammars here across restarts (default: a temporary directory removed at exit)",
+    )
+    g.add_argument(
+        "--grammar-cache-max-bytes",
+        type=int,
+        default=d.grammar_cache_max_bytes,
+        help="least recently used grammar files are deleted beyond this size",
+    )
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
@@ -174,6 +185,8 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         audit_log=args.audit_log,
         audit_log_max_bytes=args.audit_log_max_bytes,
         constrained=not args.no_constrain,
+        grammar_cache_dir=args.grammar_cache_dir,
+        grammar_cache_max_bytes=args.grammar_cache_max_bytes,
         log_level=args.log_level,
     )
 
@@ -184,8 +197,10 @@ def serve(
     """Build the engine and serve until interrupted."""
     import uvicorn
 
+    from callgate.constraints import configure_disk
     from callgate.serving.app import create_app
 
+    configure_disk(settings.grammar_cache_dir, settings.grammar_cache_max_bytes)
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if settings.api_key is None and settings.host not in ("127.0.0.1", "localhost", "::1"):
         logging.getLogger("callgate").warning(

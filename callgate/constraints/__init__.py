@@ -8,7 +8,8 @@ how the mask is applied (callgate.constraints.processor, callgate.kernels).
     build(format, tools, tool_choice, parallel_tool_calls, response_format, vocabulary,
           *, eos_token_id=None, thinking=False) -> Constraint | None       # None: unconstrained
     await build_async(..., timeout_s=5.0)                                  # off the event loop
-    get_index(key, regex, vocabulary)                                      # the processor's cache
+    get_index(key, regex, vocabulary, path=None)                           # the processor's cache
+    configure_disk(directory, max_bytes)                                   # where Indexes are written
 
 Errors: SchemaTooComplexError (400, code schema_too_complex) naming the keyword or the time
 limit; InvalidRequestError (400) for a tool_choice naming no tool.
@@ -23,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from callgate.constraints.cache import CACHE, TokenVocabulary, get_index, token_vocabulary
+from callgate.constraints.cache import CACHE, TokenVocabulary, configure_disk, get_index, token_vocabulary
 from callgate.constraints.grammar import Grammar, grammar
 from callgate.constraints.request import GrammarRequest, Mode, grammar_request
 from callgate.errors import SchemaTooComplexError
@@ -37,6 +38,7 @@ __all__ = [
     "build",
     "build_async",
     "build_regex",
+    "configure_disk",
     "get_index",
     "token_vocabulary",
 ]
@@ -47,12 +49,15 @@ Vocab = TokenVocabulary | Mapping[bytes, list[int]] | None
 @dataclass(frozen=True, slots=True)
 class ConstraintRef:
     """What travels to the engine (GenerationRequest.constraint, vLLM extra_args): enough
-    for another process to compile the same grammar. `trigger` set: lazy (see grammar.py)."""
+    for another process to compile the same grammar. `trigger` set: lazy (see grammar.py).
+    `index_path`: the compiled Index's file (cache.py's disk tier), so that the engine
+    process loads it instead of compiling the regex again."""
 
     key: str
     regex: str
     mode: str
     trigger: str | None = None
+    index_path: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,9 +70,10 @@ class Constraint:
     trigger: str | None
     index: Any  # outlines_core.Index | None
     compile_s: float = 0.0
+    index_path: str | None = None
 
     def ref(self) -> ConstraintRef:
-        return ConstraintRef(self.key, self.regex, self.mode, self.trigger)
+        return ConstraintRef(self.key, self.regex, self.mode, self.trigger, self.index_path)
 
 
 def _vocabulary(vocabulary: Vocab, eos_token_id: int | None) -> TokenVocabulary | None:
@@ -116,7 +122,9 @@ def build(
     key = req.key()
     start = time.perf_counter()
     index = None if vocab is None else get_index(key, g.regex, vocab)
-    return Constraint(key, g.regex, req.mode, g.trigger, index, time.perf_counter() - start)
+    elapsed = time.perf_counter() - start
+    path = None if vocab is None else CACHE.persisted(key, vocab, index)
+    return Constraint(key, g.regex, req.mode, g.trigger, index, elapsed, path)
 
 
 _EXECUTOR = ThreadPoolExecutor(max_workers=2, thread_name_prefix="callgate-grammar")

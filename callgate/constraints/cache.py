@@ -4,21 +4,45 @@ Knows: outlines-core's `Vocabulary` and `Index`, and which (vocabulary, key) pai
 been compiled in this process. Does not know: formats or requests; the key is opaque here.
 
 An Index is tied to a vocabulary, so entries are stored under (vocabulary fingerprint,
-key). A process that gets only a key and a regex (vLLM's engine core, another replica)
-compiles from the regex on its first miss. outlines-core releases the GIL while it
-compiles (measured: a 3 s compile in a worker thread leaves the event loop running).
+key). outlines-core releases the GIL while it compiles (measured: a 3 s compile in a
+worker thread leaves the event loop running).
+
+Disk tier: vLLM's engine core runs in another process, where this process's memory cache
+is out of reach. After a compile, the server writes the Index's own serialisation
+(`Index.__reduce__` -> `Index.from_binary(bytes)`, no pickle: loading runs no code) to
+`<directory>/<vocabulary fingerprint>-<sha256(key)>.index`, atomically (temp file +
+os.replace), behind a magic line and the payload's sha256. The path travels with the
+ConstraintRef; the processor loads the file on a memory miss (milliseconds) and compiles
+from the regex only when the file is missing or corrupt (logged). The directory is bounded
+by `max_bytes`, least recently used (mtime; a load or a reuse touches the file) first out.
+By default it is a temporary directory of this process, removed when it exits: an Index
+is only valid for one outlines-core build and one vocabulary, and a free-form grammar
+takes tens of MB, so nothing is left behind unless a directory is configured
+(`--grammar-cache-dir`, which also lets a restarted server skip its compiles).
 """
 
 from __future__ import annotations
 
+import atexit
 import hashlib
+import logging
+import os
+import shutil
+import tempfile
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import outlines_core
+
+log = logging.getLogger("callgate.constraints.cache")
+
+MAGIC = b"callgate-index/1\n"
+SUFFIX = ".index"
+DEFAULT_DISK_BYTES = 1 << 30
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,8 +75,9 @@ class IndexCache:
     text or a free-form JSON value allows most of the vocabulary in each of its states
     (measured on SmolLM2's 49k tokens: tens to hundreds of MB for a free-form object)."""
 
-    def __init__(self, max_entries: int = 64) -> None:
+    def __init__(self, max_entries: int = 64, disk: DiskTier | None = None) -> None:
         self.max_entries = max_entries
+        self.disk = disk
         self._lock = threading.Lock()
         self._entries: OrderedDict[tuple[str, str], Any] = OrderedDict()
         self._building: dict[tuple[str, str], threading.Lock] = {}
@@ -60,7 +85,9 @@ class IndexCache:
     def get(self, key: str, vocabulary: TokenVocabulary) -> Any | None:
         return self._entries.get((vocabulary.fingerprint, key))
 
-    def get_or_compile(self, key: str, regex: str, vocabulary: TokenVocabulary) -> Any:
+    def get_or_compile(self, key: str, regex: str, vocabulary: TokenVocabulary, path: str | None = None) -> Any:
+        """From memory, else from the file at `path` (another process's compile), else
+        compiled from `regex` (and written to this cache's disk tier, if any)."""
         slot = (vocabulary.fingerprint, key)
         found = self._entries.get(slot)
         if found is not None:
@@ -73,7 +100,7 @@ class IndexCache:
         with gate:
             found = self._entries.get(slot)
             if found is None:
-                found = outlines_core.Index(regex, vocabulary.inner)
+                found = self._load_or_compile(key, regex, vocabulary, path)
                 with self._lock:
                     self._entries[slot] = found
                     while len(self._entries) > self.max_entries:
@@ -82,6 +109,28 @@ class IndexCache:
             self._building.pop(slot, None)
         return found
 
+    def _load_or_compile(self, key: str, regex: str, vocabulary: TokenVocabulary, path: str | None) -> Any:
+        # A given path is another process's file: read it, never write it.
+        own = self.disk.path_for(vocabulary.fingerprint, key) if path is None and self.disk is not None else None
+        source = Path(path) if path is not None else own
+        found = None if source is None else read_index(source)
+        if found is None:
+            if path is not None:
+                log.warning("grammar %s: no usable index file at %s, compiling from the regex", key[:16], path)
+            found = outlines_core.Index(regex, vocabulary.inner)
+            if own is not None and self.disk is not None:
+                self.disk.store(own, found)
+        return found
+
+    def persisted(self, key: str, vocabulary: TokenVocabulary, index: Any) -> str | None:
+        """The file of `index` in the disk tier (rewritten if evicted), None without one."""
+        if self.disk is None:
+            return None
+        path = self.disk.path_for(vocabulary.fingerprint, key)
+        if not touch(path):
+            self.disk.store(path, index)
+        return str(path)
+
     def __len__(self) -> int:
         return len(self._entries)
 
@@ -89,13 +138,132 @@ class IndexCache:
         self._entries.clear()
 
 
-CACHE = IndexCache()
+def index_bytes(index: Any) -> bytes:
+    """outlines-core's own serialisation of an Index (what `Index.from_binary` reads)."""
+    rebuild, (data,) = index.__reduce__()
+    if rebuild != outlines_core.Index.from_binary or not isinstance(data, bytes):
+        raise TypeError("this outlines-core Index does not reduce to Index.from_binary(bytes)")
+    return data
 
 
-def get_index(key: str, regex: str, vocabulary: TokenVocabulary) -> Any:
-    """The Index for `key`, compiled from `regex` over `vocabulary` on a miss (blocking).
+def write_index(path: Path, index: Any) -> int:
+    """Write `index` to `path` atomically (temp file in the same directory + os.replace).
+    Returns the bytes written."""
+    data = index_bytes(index)
+    blob = MAGIC + hashlib.sha256(data).digest() + data
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(blob)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return len(blob)
 
-    Used by callgate.constraints.build and by the logits processor, possibly in another
-    process where only the key and the regex arrived.
-    """
-    return CACHE.get_or_compile(key, regex, vocabulary)
+
+def read_index(path: Path) -> Any | None:
+    """The Index in `path`, None when the file is missing or corrupt (logged)."""
+    try:
+        blob = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        log.warning("index file %s unreadable: %s", path, exc)
+        return None
+    head = len(MAGIC) + 32
+    data = blob[head:]
+    if blob[: len(MAGIC)] != MAGIC or blob[len(MAGIC) : head] != hashlib.sha256(data).digest():
+        log.warning("index file %s is corrupt (bad header or checksum)", path)
+        return None
+    try:
+        index = outlines_core.Index.from_binary(data)
+    except ValueError as exc:
+        log.warning("index file %s did not load: %s", path, exc)
+        return None
+    touch(path)
+    return index
+
+
+def touch(path: Path) -> bool:
+    """Mark `path` recently used; False when it is gone."""
+    try:
+        os.utime(path)
+    except FileNotFoundError:
+        return False
+    return True
+
+
+class DiskTier:
+    """Index files under one directory, at most `max_bytes` of them (oldest mtime out).
+    `directory` None: a temporary directory, made on first use, removed at exit."""
+
+    def __init__(self, directory: str | Path | None = None, max_bytes: int = DEFAULT_DISK_BYTES) -> None:
+        self.max_bytes = max_bytes
+        self._wanted = None if directory is None else Path(directory).expanduser()
+        self._directory: Path | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def directory(self) -> Path:
+        """The directory, made on first use."""
+        with self._lock:
+            if self._directory is None:
+                self._directory = self._make()
+            return self._directory
+
+    def _make(self) -> Path:
+        if self._wanted is None:
+            made = Path(tempfile.mkdtemp(prefix="callgate-grammars-"))
+            atexit.register(_remove_owned, made, os.getpid())
+            return made
+        self._wanted.mkdir(mode=0o700, parents=True, exist_ok=True)
+        return self._wanted
+
+    def path_for(self, fingerprint: str, key: str) -> Path:
+        name = hashlib.sha256(key.encode()).hexdigest()[:32]
+        return self.directory / f"{fingerprint}-{name}{SUFFIX}"
+
+    def store(self, path: Path, index: Any) -> None:
+        """Write `path` and evict; a failure is logged (the engine then compiles itself)."""
+        try:
+            write_index(path, index)
+            self.evict(keep=path)
+        except (OSError, TypeError) as exc:
+            log.warning("could not write index file %s: %s", path, exc)
+
+    def evict(self, keep: Path) -> None:
+        """Delete least recently used files until the total fits `max_bytes` (not `keep`)."""
+        files = []
+        for entry in self.directory.glob(f"*{SUFFIX}"):
+            try:
+                st = entry.stat()
+            except FileNotFoundError:
+                continue
+            files.append((st.st_mtime_ns, st.st_size, entry))
+        total = sum(size for _, size, _ in files)
+        for _, size, entry in sorted(files):
+            if total <= self.max_bytes:
+                break
+            if entry != keep:
+                entry.unlink(missing_ok=True)
+                total -= size
+
+
+def _remove_owned(directory: Path, owner_pid: int) -> None:
+    if os.getpid() == owner_pid:  # not in a forked child that inherited the handler
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+CACHE = IndexCache(disk=DiskTier())
+
+
+def configure_disk(directory: str | None, max_bytes: int = DEFAULT_DISK_BYTES) -> None:
+    """Where this process writes compiled Indexes (None: a temporary directory removed at exit)."""
+    CACHE.disk = DiskTier(directory, max_bytes)
+
+
+def get_index(key: str, regex: str, vocabulary: TokenVocabulary, path: str | None = None) -> Any:
+    """The Index for `key`: from memory, from the file at `path` when given (written by the
+    server for the engine process), else compiled from `regex` over `vocabulary` (blocking)."""
+    return CACHE.get_or_compile(key, regex, vocabulary, path)

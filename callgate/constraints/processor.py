@@ -8,9 +8,12 @@ know: formats, schemas, HTTP. `callgate.serving.vllm_engine.CallgateLogitsProces
 mixes this class with vLLM's base class.
 
 A request is constrained when `SamplingParams.extra_args["callgate"]` holds
-`{"key": str, "regex": str, "trigger": str | None, ...}` (a ConstraintRef's fields).
-Its Index comes from callgate.constraints.cache (compiled from the regex on a miss, which
-blocks this step: vLLM's engine core is usually another process than the server's).
+`{"key": str, "regex": str, "trigger": str | None, "index_path": str | None, ...}` (a
+ConstraintRef's fields). Its Index comes from callgate.constraints.cache: vLLM's engine
+core is another process than the server's, so on a memory miss it is loaded from
+`index_path`, the file the server wrote when it compiled the grammar (milliseconds), and
+compiled from the regex (blocking this step for 0.1-1 s) only when that file is missing
+or corrupt.
 
 Lazy mode (`trigger` set): `regex` describes the text *from the trigger on* (see
 grammar.py). Until the generated text contains the trigger the row is unconstrained.
@@ -78,6 +81,7 @@ class RowSpec:
     key: str
     regex: str
     trigger: bytes | None
+    index_path: str | None = None
 
 
 def row_spec(extra_args: Mapping[str, Any] | None) -> RowSpec | None:
@@ -92,7 +96,10 @@ def row_spec(extra_args: Mapping[str, Any] | None) -> RowSpec | None:
         raise ValueError(f'extra_args["{EXTRA_ARGS_KEY}"] needs non-empty string "key" and "regex"')
     if trigger is not None and (not isinstance(trigger, str) or not trigger):
         raise ValueError(f'extra_args["{EXTRA_ARGS_KEY}"]["trigger"] must be a non-empty string or null')
-    return RowSpec(key, regex, trigger.encode() if trigger is not None else None)
+    path = raw.get("index_path")
+    if path is not None and (not isinstance(path, str) or not path):
+        raise ValueError(f'extra_args["{EXTRA_ARGS_KEY}"]["index_path"] must be a non-empty string or null')
+    return RowSpec(key, regex, trigger.encode() if trigger is not None else None, path)
 
 
 def walk_text(guide: Any, index: Any, data: bytes, table: TokenTable) -> bool:
@@ -317,7 +324,7 @@ class ConstrainedBatch:
             self._move(a, b, swap=getattr(direction, "name", str(direction)) == "SWAP")
 
     def _new_row(self, params: Any, output_ids: list[int]) -> Row | None:
-        """A Row for a constrained request (compiling its Index on a cache miss).
+        """A Row for a constrained request (loading or compiling its Index on a cache miss).
 
         A grammar that cannot be built here (validate_params and the server's own compile
         normally stop it first) must not take down the engine and every other request:
@@ -326,7 +333,8 @@ class ConstrainedBatch:
             spec = row_spec(getattr(params, "extra_args", None))
             if spec is None:
                 return None
-            return Row(spec, get_index(spec.key, spec.regex, self.tokens.vocabulary), output_ids)
+            index = get_index(spec.key, spec.regex, self.tokens.vocabulary, spec.index_path)
+            return Row(spec, index, output_ids)
         except ValueError as exc:
             log.error("constrained decoding disabled for a request: %s", exc)
             return None

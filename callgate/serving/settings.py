@@ -74,6 +74,10 @@ class Settings:
     audit_log: str | None = None
     audit_log_max_bytes: int = 64 * 1024 * 1024
     constrained: bool = True
+    # Compiled grammars handed to vLLM's engine process (callgate.constraints.cache).
+    # None: a temporary directory of the server, removed when it exits.
+    grammar_cache_dir: str | None = None
+    grammar_cache_max_bytes: int = 1 << 30
     log_level: str = "info"
 
     @property
