@@ -68,23 +68,32 @@ def test_a_damaged_file_reads_as_missing(tmp_path: Path, damage: Any, caplog: py
 
 
 def test_the_cache_loads_a_given_file_instead_of_compiling(tmp_path: Path) -> None:
-    path = tmp_path / "given.index"
+    path = tmp_path / f"{VOCAB.fingerprint}-given.index"
     write_index(path, compiled("(ab)+"))
     index = IndexCache(disk=None).get_or_compile("k", "c+", VOCAB, str(path))
     assert transitions(index) == transitions(compiled("(ab)+"))
 
 
+def test_a_file_named_for_another_vocabulary_is_not_used(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    path = tmp_path / "0123456789abcdef-given.index"
+    write_index(path, compiled("(ab)+"))
+    with caplog.at_level(logging.WARNING, "callgate.constraints.cache"):
+        index = IndexCache(disk=None).get_or_compile("k", "c+", VOCAB, str(path))
+    assert transitions(index) == transitions(compiled("c+"))
+    assert "another vocabulary" in caplog.text
+
+
 def test_a_corrupt_given_file_is_recompiled_from_the_regex_and_logged(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    path = tmp_path / "given.index"
+    path = tmp_path / f"{VOCAB.fingerprint}-given.index"
     write_index(path, compiled("(ab)+"))
     path.write_bytes(path.read_bytes()[:-1])
     disk = DiskTier(tmp_path / "own")
     with caplog.at_level(logging.WARNING, "callgate.constraints.cache"):
         index = IndexCache(disk=disk).get_or_compile("k", "c+", VOCAB, str(path))
     assert transitions(index) == transitions(compiled("c+"))
-    assert "compiling from the regex" in caplog.text
+    assert "corrupt" in caplog.text and "compiling from the regex" in caplog.text
     assert list((tmp_path / "own").glob("*")) == []  # another process's path: read, never written
 
 
@@ -112,7 +121,7 @@ def test_persisted_rewrites_an_evicted_file(tmp_path: Path) -> None:
 
 def test_eviction_removes_the_least_recently_used_files_first(tmp_path: Path) -> None:
     indexes = {name: compiled(rx) for name, rx in [("old", "a+"), ("mid", "b+"), ("new", "c+"), ("fresh", "a+")]}
-    size = len(cache.MAGIC) + 32 + len(cache.index_bytes(indexes["old"]))
+    size = cache.HEADER_BYTES + len(cache.index_bytes(indexes["old"]))
     tier = DiskTier(tmp_path, max_bytes=2 * size + size // 2)
     for age, name in enumerate(["old", "mid", "new"]):
         path = tmp_path / f"{name}.index"
@@ -201,7 +210,7 @@ class Update:
 
 
 def test_the_processor_follows_the_file_not_the_regex(tmp_path: Path) -> None:
-    path = tmp_path / "from-server.index"
+    path = tmp_path / f"{TABLE.vocabulary.fingerprint}-from-server.index"
     write_index(path, outlines_core.Index("(ab)+", TABLE.vocabulary.inner))
     batch = TinyBatch(None, "cpu", False)
     key = f"disk-test:{tmp_path}"  # unique: nothing in this process's memory cache

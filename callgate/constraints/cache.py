@@ -11,7 +11,8 @@ Disk tier: vLLM's engine core runs in another process, where this process's memo
 is out of reach. After a compile, the server writes the Index's own serialisation
 (`Index.__reduce__` -> `Index.from_binary(bytes)`, no pickle: loading runs no code) to
 `<directory>/<vocabulary fingerprint>-<sha256(key)>.index`, atomically (temp file +
-os.replace), behind a magic line and the payload's sha256. The path travels with the
+os.replace), behind a magic line, the payload's length and its CRC-32 (accidental damage;
+the directory is the server's own, mode 0700). The path travels with the
 ConstraintRef; the processor loads the file on a memory miss (milliseconds) and compiles
 from the regex only when the file is missing or corrupt (logged). The directory is bounded
 by `max_bytes`, least recently used (mtime; a load or a reuse touches the file) first out.
@@ -30,6 +31,7 @@ import os
 import shutil
 import tempfile
 import threading
+import zlib
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -40,7 +42,8 @@ import outlines_core
 
 log = logging.getLogger("callgate.constraints.cache")
 
-MAGIC = b"callgate-index/1\n"
+MAGIC = b"callgate-index/2\n"
+HEADER_BYTES = len(MAGIC) + 12  # then the payload's length (8 bytes) and CRC-32 (4), little-endian
 SUFFIX = ".index"
 DEFAULT_DISK_BYTES = 1 << 30
 
@@ -110,13 +113,12 @@ class IndexCache:
         return found
 
     def _load_or_compile(self, key: str, regex: str, vocabulary: TokenVocabulary, path: str | None) -> Any:
-        # A given path is another process's file: read it, never write it.
-        own = self.disk.path_for(vocabulary.fingerprint, key) if path is None and self.disk is not None else None
-        source = Path(path) if path is not None else own
-        found = None if source is None else read_index(source)
+        if path is not None:  # another process's file: read it, never write it
+            found = load_given(Path(path), key, vocabulary)
+            return found if found is not None else outlines_core.Index(regex, vocabulary.inner)
+        own = None if self.disk is None else self.disk.path_for(vocabulary.fingerprint, key)
+        found = None if own is None else read_index(own)
         if found is None:
-            if path is not None:
-                log.warning("grammar %s: no usable index file at %s, compiling from the regex", key[:16], path)
             found = outlines_core.Index(regex, vocabulary.inner)
             if own is not None and self.disk is not None:
                 self.disk.store(own, found)
@@ -150,7 +152,7 @@ def write_index(path: Path, index: Any) -> int:
     """Write `index` to `path` atomically (temp file in the same directory + os.replace).
     Returns the bytes written."""
     data = index_bytes(index)
-    blob = MAGIC + hashlib.sha256(data).digest() + data
+    blob = MAGIC + len(data).to_bytes(8, "little") + zlib.crc32(data).to_bytes(4, "little") + data
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as out:
@@ -171,10 +173,10 @@ def read_index(path: Path) -> Any | None:
     except OSError as exc:
         log.warning("index file %s unreadable: %s", path, exc)
         return None
-    head = len(MAGIC) + 32
-    data = blob[head:]
-    if blob[: len(MAGIC)] != MAGIC or blob[len(MAGIC) : head] != hashlib.sha256(data).digest():
-        log.warning("index file %s is corrupt (bad header or checksum)", path)
+    data = blob[HEADER_BYTES:]
+    expected = len(data).to_bytes(8, "little") + zlib.crc32(data).to_bytes(4, "little")
+    if blob[: len(MAGIC)] != MAGIC or blob[len(MAGIC) : HEADER_BYTES] != expected:
+        log.warning("index file %s is corrupt (bad header, length or checksum)", path)
         return None
     try:
         index = outlines_core.Index.from_binary(data)
@@ -183,6 +185,19 @@ def read_index(path: Path) -> Any | None:
         return None
     touch(path)
     return index
+
+
+def load_given(path: Path, key: str, vocabulary: TokenVocabulary) -> Any | None:
+    """The Index another process wrote for `key`; None (logged) when it is missing, corrupt
+    or named for another vocabulary (the caller then compiles from the regex)."""
+    if not path.name.startswith(vocabulary.fingerprint + "-"):
+        log.warning("grammar %s: index file %s is for another vocabulary", key[:16], path)
+        found = None
+    else:
+        found = read_index(path)
+    if found is None:
+        log.warning("grammar %s: no usable index file at %s, compiling from the regex", key[:16], path)
+    return found
 
 
 def touch(path: Path) -> bool:
