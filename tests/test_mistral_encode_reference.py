@@ -151,3 +151,19 @@ def any_messages(draw: st.DrawFn) -> list[dict[str, Any]]:
 @given(messages=any_messages())
 def test_refuses_exactly_what_mistral_common_refuses(messages: list[dict[str, Any]]) -> None:
     assert ours(messages, None) == reference(messages, None)
+
+
+@pytest.mark.parametrize("result", ["1e999", "-1e999", "NaN", '{"a": 1e999}'])
+def test_non_finite_tool_result_written_as_the_reference_writes_it(result: str) -> None:
+    """A tool result that reads as JSON with a non-finite number is data, not a refusal
+    (found by the reference comparison above: ours refused, mistral-common writes Infinity)."""
+    call = {"id": "000000000", "type": "function", "function": {"name": "A", "arguments": "{}"}}
+    messages = [
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "000000000", "content": result},
+    ]
+    tools = [{"type": "function", "function": {"name": "A", "description": "", "parameters": {"type": "object"}}}]
+    expected = reference(messages, tools)
+    assert expected is not None
+    assert ours(messages, tools) == expected

@@ -70,6 +70,7 @@ def test_rejected_call_is_repaired_by_the_model(served: Served) -> None:
             messages=ASK_WEATHER,
             tools=[WEATHER],
             tool_choice="required",
+            parallel_tool_calls=False,
             max_tokens=96,
             temperature=0,
         ).http_response.json()

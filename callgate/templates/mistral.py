@@ -262,7 +262,9 @@ def _tool_result(fmt: ToolCallFormat, turn: _Turn) -> str:
         content: Any = json.loads(text)
     except json.JSONDecodeError:
         content = text
-    body = dump_json({"content": content, "call_id": turn.call_id}, f"messages[{turn.first_index}].content")
+    # A result that reads as JSON with a non-finite number (`1e999`, `NaN`) is written the way
+    # mistral-common writes it (`Infinity`, `NaN`): a tool's output is data, not a request error.
+    body = json.dumps({"content": content, "call_id": turn.call_id}, ensure_ascii=False)
     return fmt.markers["results_open"] + neutralise_json(body, fmt) + fmt.markers["results_close"]
 
 
