@@ -36,14 +36,6 @@ from tests.harness import assistant_completion, openai_tool_calls, tool_and_call
 pytestmark = pytest.mark.slow
 
 FORMATS = ["hermes", "dsml-v4", "qwen3-xml", "dsml-v3.2", "llama3-json", "mistral"]
-_TEMPLATES = {
-    "hermes": "callgate.templates.chatml",
-    "dsml-v4": "callgate.templates.dsml",
-    "dsml-v3.2": "callgate.templates.dsml",
-    "qwen3-xml": "callgate.templates.qwen3_xml",
-    "llama3-json": "callgate.templates.llama3",
-    "mistral": "callgate.templates.mistral",
-}
 
 
 def _gpt2_unicode_to_byte() -> dict[str, int]:
@@ -108,11 +100,6 @@ def _smol() -> SmolTokenizer:
     return SmolTokenizer()
 
 
-def template_or_skip(fmt: str) -> None:
-    if importlib.util.find_spec(_TEMPLATES[fmt]) is None:
-        pytest.skip(f"{fmt}: template module {_TEMPLATES[fmt]} has not landed")
-
-
 def walk(index: Any, ids: list[int]) -> Any:
     state = index.get_initial_state()
     for t in ids:
@@ -159,7 +146,6 @@ def _depth(value: Any) -> int:
 
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_rendered_calls_walk_the_index(fmt: str, smol: SmolTokenizer) -> None:
-    template_or_skip(fmt)
     single = fmt == "llama3-json"
 
     @given(tool_and_calls(forbidden=FORBIDDEN.get(fmt, ()), max_calls=1 if single else 3))
@@ -334,7 +320,6 @@ def _mutations(fmt: str, text: str, rng: random.Random) -> Iterator[tuple[str, s
 
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_near_misses_are_rejected(fmt: str, smol: SmolTokenizer) -> None:
-    template_or_skip(fmt)
     text = completion(fmt, TOOLS, GOOD_CALL)
     c = constraints.build(fmt, TOOLS, "required", True, None, smol.vocab)
     assert c is not None and accepts(c.index, smol.encode(text))
