@@ -69,7 +69,8 @@ CALL_IDS = st.from_regex(r"[A-Za-z0-9]{9}", fullmatch=True)
 @st.composite
 def valid_conversations(draw: st.DrawFn) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
     """Requests mistral-common accepts: allowed role order, every call answered, ending on user/tool."""
-    tools, calls = draw(tool_and_calls(max_calls=3))
+    # descriptions and argument strings without control-token look-alikes, like TEXT above
+    tools, calls = draw(tool_and_calls(forbidden=MISTRAL.special_tokens, max_calls=3))
     messages: list[dict[str, Any]] = [{"role": draw(st.sampled_from(["system", "user"])), "content": draw(CONTENT)}]
     for _ in range(draw(st.integers(0, 6))):
         prev = messages[-1]["role"]
