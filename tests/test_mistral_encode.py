@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from callgate.errors import TemplateError
 from callgate.formats import MISTRAL
 from callgate.templates import render
-from callgate.templates.llama3 import ZERO_WIDTH_JOINER
+from callgate.templates.json_messages import ZERO_WIDTH_JOINER
 from tests.conftest import load_jsonl
 
 CASES = load_jsonl("mistral/encode.jsonl")

@@ -36,7 +36,7 @@ from typing import Any
 
 from callgate.errors import TemplateError
 from callgate.formats import ToolCallFormat
-from callgate.templates.llama3 import (
+from callgate.templates.json_messages import (
     CHAT_ROLES,
     check_options,
     check_reasoning,
