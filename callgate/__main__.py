@@ -94,6 +94,12 @@ def _add_serve_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--cpu-threads", type=int, default=None, help="OpenMP threads on a CPU (default: all cores)")
     g.add_argument("--gpu-memory-utilization", type=float, default=e.gpu_memory_utilization, help="GPU memory fraction")
     g.add_argument("--enforce-eager", action="store_true", help="disable CUDA graphs / compilation")
+    g.add_argument(
+        "--block-size",
+        type=int,
+        default=e.block_size,
+        help="KV-cache block in tokens (default: vLLM's, 128 on a CPU; multiples of 32 on a CPU)",
+    )
     g.add_argument("--engine", default="vllm", choices=["vllm", "fake"], help="'fake': scripted replies, for tests")
     g.add_argument(
         "--fake-script", default=None, help="JSON file: list of scripted replies for --engine fake (the last repeats)"
@@ -146,6 +152,8 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
     for name in positive:
         if getattr(args, name) < 1:
             raise SystemExit(f"callgate serve: --{name.replace('_', '-')} must be at least 1")
+    if args.block_size is not None and args.block_size < 1:
+        raise SystemExit("callgate serve: --block-size must be at least 1")
     return Settings(
         model=args.model,
         served_model_name=args.served_model_name,
@@ -166,6 +174,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
             cpu_threads=args.cpu_threads,
             gpu_memory_utilization=args.gpu_memory_utilization,
             enforce_eager=args.enforce_eager,
+            block_size=args.block_size,
         ),
         limits=Limits(
             max_body_bytes=args.max_body_bytes,

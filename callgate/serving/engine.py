@@ -142,3 +142,4 @@ class EngineConfig:
     pipeline_parallel_size: int = 1
     enable_prefix_caching: bool = True
     enforce_eager: bool = False
+    block_size: int | None = None  # KV-cache block in tokens; None = vLLM's platform default

