@@ -28,6 +28,7 @@ from callgate.serving.quick import (
     QuickService,
     check_tasks,
     decode,
+    head_choice,
     head_max_tokens,
     head_prompt,
     head_regex,
@@ -163,6 +164,50 @@ def test_read_url_bound_covers_its_lines() -> None:
 
 
 @pytest.mark.parametrize(
+    ("task", "labels", "steps"),
+    [
+        ("action", DEFAULT_LABELS, 1),  # s / a
+        ("authority", DEFAULT_LABELS, 1),  # l / m / h
+        ("domain", DEFAULT_LABELS, 2),  # science / sports / shopping, technology / travel, ...
+        ("domain", {"domain": ("news", "newsroom")}, 5),  # "news" is decided by EOS
+        ("domain", {"domain": ("écoles", "économie")}, 10),  # non-ASCII: the whole spelling + EOS
+    ],
+)
+def test_decision_bound(task: str, labels: Mapping[str, tuple[str, ...]], steps: int) -> None:
+    assert head_choice(task, labels).steps() == steps
+
+
+def test_decided_only_when_one_spelling_is_left() -> None:
+    choice = head_choice("domain", DEFAULT_LABELS)
+    assert choice.decided("") is None and choice.decided("s") is None and choice.decided("S") is None
+    assert choice.decided("Sc") == ("Science", "science")
+    assert choice.decided("h") == ("health", "health")
+    assert choice.decided("x") is None
+    news = head_choice("domain", {"domain": ("news", "newsroom")})
+    assert news.decided("news") is None and news.decided("news", eos=True) == ("news", "news")
+    assert news.decided("newsr") == ("newsroom", "newsroom") and news.decided("new", eos=True) is None
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.text("abcdefgh", min_size=1, max_size=6), min_size=1, max_size=6, unique=True),
+    st.data(),
+)
+def test_a_decision_is_the_spelling_greedy_decoding_finishes_within_the_bound(words: list[str], data: Any) -> None:
+    choice = head_choice("domain", {"domain": tuple(words)})
+    spelling, label = data.draw(st.sampled_from(choice.spellings))
+    cuts = sorted(data.draw(st.sets(st.integers(1, len(spelling) - 1))) if len(spelling) > 1 else set())
+    tokens = [spelling[a:b] for a, b in zip([0, *cuts], [*cuts, len(spelling)], strict=True)]
+    for n in range(1, len(tokens) + 1):
+        said = choice.decided("".join(tokens[:n]))
+        if said is not None:
+            break
+    else:
+        n, said = len(tokens) + 1, choice.decided(spelling, eos=True)  # EOS is one more token
+    assert said == (spelling, label) and n <= choice.steps()
+
+
+@pytest.mark.parametrize(
     ("task", "text", "expected"),
     [
         ("action", "Search", "search"),
@@ -188,7 +233,19 @@ def test_decode(task: str, text: str, expected: Any) -> None:
 # ---- running on a scripted engine -------------------------------------------------------------
 
 ANSWERS = {"action": "Search", "query": "example a\nexample b", "authority": "high", "domain": "technology"}
-ANSWERS |= {"title": "Reading two links", "read_url": "https://example.com/a: yes\nhttp://docs.test/b: no"}
+ANSWERS |= {"title": "Two links", "read_url": "https://example.com/a: yes\nhttp://docs.test/b: no"}
+URL_ANSWERS = {"https://example.com/a": " yes", "http://docs.test/b": " no"}  # read_url decided per URL
+# "S" decides search; "h" high; "te" technology (not travel); " y" / " n" each URL; the text
+# heads write everything plus EOS (the fake writes one token per character)
+DECIDED_TOKENS = {"action": 1, "authority": 1, "domain": 2, "read_url": 4, "query": 20, "title": 10}
+EXPECTED = {
+    "action": "search",
+    "query": ["example a", "example b"],
+    "authority": "high",
+    "domain": "technology",
+    "title": "Two links",
+    "read_url": {"https://example.com/a": True, "http://docs.test/b": False},
+}
 
 
 def scripted(fmt: str = "hermes", delay_s: float = 0.0) -> FakeEngine:
@@ -198,36 +255,80 @@ def scripted(fmt: str = "hermes", delay_s: float = 0.0) -> FakeEngine:
         task = max(spec.quick_tasks, key=lambda t: req.prompt.rfind(spec.quick_tasks[t]))
         if req.prompt.rfind(spec.quick_tasks[task]) < 0:
             return FakeReply(tuple("The main answer."), token_delay_s=delay_s)
-        return FakeReply(tuple(ANSWERS[task]), token_delay_s=delay_s)
+        url = next((u for u in URL_ANSWERS if req.prompt.endswith(u + ":")), None)
+        answer = URL_ANSWERS[url] if task == "read_url" and url else ANSWERS[task]
+        return FakeReply(tuple(answer), token_delay_s=delay_s)
 
     return FakeEngine(respond=respond)
 
 
-async def test_all_heads_answer_in_their_shapes() -> None:
+@pytest.mark.parametrize("decide_early", [True, False])
+async def test_all_heads_answer_in_their_shapes(decide_early: bool) -> None:
+    engine = scripted()
+    config = QuickConfig(decide_early=decide_early)
+    result = await QuickService(engine, "hermes", config).run(Conversation(tuple(CHAT)), TASKS)
+    assert result.results() == EXPECTED
+    texts = {r.task: r.text for r in result.runs}
+    assert texts == ANSWERS  # a decided label is completed as the grammar would finish it
+
+
+async def test_deciding_early_writes_only_the_deciding_tokens() -> None:
     engine = scripted()
     result = await QuickService(engine, "hermes").run(Conversation(tuple(CHAT)), TASKS)
-    assert result.results() == {
-        "action": "search",
-        "query": ["example a", "example b"],
-        "authority": "high",
-        "domain": "technology",
-        "title": "Reading two links",
-        "read_url": {"https://example.com/a": True, "http://docs.test/b": False},
-    }
-    usage = result.usage()
-    assert usage["completion_tokens"] == sum(len(a) + 1 for a in ANSWERS.values())  # + EOS each
+    assert {r.task: r.completion_tokens for r in result.runs} == DECIDED_TOKENS
+
+
+async def test_a_label_decided_before_its_bound_stops_the_generation() -> None:
+    engine = FakeEngine(replies=["law"])
+    labels = {"domain": ("science", "sports", "law")}  # "sc" / "sp" need two tokens, "l" one
+    result = await QuickService(engine, "hermes").run(Conversation(tuple(CHAT)), ["domain"], labels=labels)
+    run = result.runs[0]
+    assert engine.requests[0].sampling.max_tokens == 2
+    assert (run.output, run.text, run.completion_tokens, run.finish_reason) == ("law", "law", 1, "stop")
+    assert engine.aborted == [engine.requests[0].request_id]
+
+
+async def test_full_decode_writes_every_token() -> None:
+    engine = scripted()
+    config = QuickConfig(decide_early=False)
+    result = await QuickService(engine, "hermes", config).run(Conversation(tuple(CHAT)), TASKS)
+    assert result.usage()["completion_tokens"] == sum(len(a) + 1 for a in ANSWERS.values())  # + EOS each
+    assert engine.aborted == []
 
 
 async def test_heads_are_greedy_constrained_where_categorical_and_bounded() -> None:
     engine = scripted()
-    await QuickService(engine, "hermes").run(Conversation(tuple(CHAT)), TASKS)
-    by_task = {r.request_id.rsplit("-", 1)[-1]: r for r in engine.requests}
-    assert set(by_task) == set(TASKS)
-    for task, req in by_task.items():
+    await QuickService(engine, "hermes").run(Conversation(tuple(CHAT)), TASKS, request_id="q")
+    by_task = {r.request_id.removeprefix("q-"): r for r in engine.requests}
+    urls = urls_in(CHAT)
+    assert set(by_task) == {t for t in TASKS if t != "read_url"} | {"read_url-0", "read_url-1"}
+    for name, req in by_task.items():
+        task = name.split("-")[0]
         assert req.sampling.temperature == 0.0
-        assert req.sampling.max_tokens == head_max_tokens(task, urls_in(CHAT))
-        regex = head_regex(task, DEFAULT_LABELS, urls_in(CHAT))
+        if task == "read_url":
+            assert req.sampling.max_tokens == 2 and req.constraint is not None
+            assert req.constraint.regex == " (?:yes|no)"
+            continue
+        regex = head_regex(task, DEFAULT_LABELS, urls)
         assert (req.constraint.regex if req.constraint else None) == regex
+        steps = head_choice(task, DEFAULT_LABELS).steps() if HEADS[task].output == "choice" else None
+        assert req.sampling.max_tokens == (steps or head_max_tokens(task, urls))
+
+
+async def test_read_url_asks_each_url_after_its_forced_line_start() -> None:
+    engine = scripted()
+    await QuickService(engine, "hermes").run(Conversation(tuple(CHAT)), ["read_url"])
+    head = head_prompt("hermes", CHAT, "read_url")
+    assert len(engine.requests) == 2
+    for req, url in zip(engine.requests, urls_in(CHAT), strict=True):
+        assert req.prompt == head.text + url + ":"
+        assert req.untrusted_spans == (*head.spans, (len(head.text), len(head.text) + len(url)))
+
+
+async def test_read_url_with_an_undecided_url_answers_none() -> None:
+    engine = FakeEngine(respond=lambda req: " maybe" if req.prompt.endswith("/a:") else " no")
+    result = await QuickService(engine, "hermes").run(Conversation(tuple(CHAT)), ["read_url"])
+    assert result.results() == {"read_url": None}
 
 
 async def test_unconstrained_config_sends_no_grammar() -> None:
@@ -264,7 +365,7 @@ async def test_heads_hit_the_prefix_cache_of_the_main_prompt() -> None:
 
 
 async def test_heads_run_concurrently() -> None:
-    engine = scripted(delay_s=0.01)
+    engine = scripted(delay_s=0.2)  # a decided label is one or two tokens
     script = engine.respond
     assert script is not None
     running_at_start: list[int] = []
@@ -286,6 +387,10 @@ async def test_beside_runs_user_heads_early_and_title_on_the_answer() -> None:
     assert engine.requests == []  # nothing before the main generation's first token
     beside.launch()
     beside.launch()
+    for _ in range(500):  # the head compiles its grammar in a thread first
+        await asyncio.sleep(0.01)
+        if engine.requests:
+            break
     await asyncio.sleep(0.05)
     assert [r.request_id for r in engine.requests] == ["chatcmpl-1-q-action"]
     answer = {"role": "assistant", "content": "Both links are worth reading."}

@@ -14,7 +14,7 @@ import pytest
 from callgate.serving.app import create_app
 from callgate.serving.fake_engine import FakeEngine
 from callgate.serving.settings import Settings
-from tests.test_quick import ANSWERS, CHAT, scripted
+from tests.test_quick import CHAT, DECIDED_TOKENS, EXPECTED, scripted
 
 MODEL = "fake-model"
 
@@ -46,18 +46,11 @@ async def test_quick_route_answers_every_head(make_client: Any) -> None:
     assert resp.status_code == 200, resp.text
     body = resp.json()
     assert body["object"] == "callgate.quick" and body["model"] == MODEL
-    assert body["results"] == {
-        "action": "search",
-        "query": ["example a", "example b"],
-        "authority": "high",
-        "domain": "technology",
-        "title": "Reading two links",
-        "read_url": {"https://example.com/a": True, "http://docs.test/b": False},
-    }
+    assert body["results"] == EXPECTED
     assert set(body["prefix_cache"]) == set(tasks)
     assert all(0.0 <= rate < 1.0 for rate in body["prefix_cache"].values())
-    assert body["usage"]["completion_tokens"] == sum(len(a) + 1 for a in ANSWERS.values())
-    assert len(engine.requests) == 6
+    assert body["usage"]["completion_tokens"] == sum(DECIDED_TOKENS.values())
+    assert len(engine.requests) == 7  # read_url asks each of its two URLs on its own
 
 
 async def test_quick_heads_after_a_main_request_hit_its_prefix(make_client: Any) -> None:
@@ -111,7 +104,7 @@ async def test_chat_completion_carries_quick_results(make_client: Any) -> None:
     assert resp.status_code == 200, resp.text
     data = resp.json()
     assert data["choices"][0]["message"]["content"] == "The main answer."
-    assert data["callgate"]["quick"] == {"title": "Reading two links", "action": "search"}
+    assert data["callgate"]["quick"] == {"title": EXPECTED["title"], "action": "search"}
     assert set(data["callgate"]["quick_prefix_cache"]) == {"title", "action"}
     ids = [r.request_id for r in engine.requests]
     # the main generation first (action starts at its first token, once the prefix is cached);

@@ -10,12 +10,32 @@ token bound of a text head, how a head's output decodes, and how heads run concu
 format's syntax (that lives in `formats.py` / the templates).
 
 KV reuse is the engine's business: with prefix caching on, a head's prompt shares every
-full cache block of the conversation with the main prompt, so it pays only for its suffix.
+full cache block of the conversation with the main prompt, so it pays only for its suffix
+(the conversation's partial last block plus the instruction: `--block-size` sets the block).
 Each head reports `cached_tokens / prompt_tokens` as its prefix-cache hit rate.
+
+Deciding early (constrained heads, `QuickConfig.decide_early`): a categorical head's answer
+is fixed as soon as the text written so far is a prefix of one admitted label spelling
+only; from there the grammar forces the rest, so greedy decoding would write exactly that
+spelling. The head asks for at most as many tokens as the longest such deciding prefix has
+bytes (1 when the labels' first letters differ; a label that is a prefix of another waits
+for EOS), stops reading once decided, and completes the label itself: the same answer as
+the full greedy constrained decode, in one or two decode steps instead of up to eight.
+`read_url` decides each URL in its own request, concurrently: the head prompt plus the
+forced line start "URL:" (as the answer's first line would begin), then " yes" or " no"
+under a grammar, decided the same way. Each URL's answer is therefore conditioned on the
+conversation and that URL alone, not on the answers written for the URLs before it (the
+full decode, used with `decide_early=False` or unconstrained, writes all lines in one go).
+
+Text heads are length-bounded: `title` at 16 tokens (the instruction asks for at most eight
+words, ~1.3 tokens a word in English plus quotes; it stops at the line's end), `query` at 32
+(a web query is 2-6 words, so about three queries; a search step rarely runs more).
 
 Outputs: `action` -> "search" | "answer"; `read_url` -> {url: bool} for each URL in the
 last user message; `query` -> list of strings; `authority`, `domain`, `title` -> string.
 A head whose output cannot be read (only possible unconstrained) answers None.
+`HeadRun.text` is the answer as written in full (a decided label completed, each read_url
+line with its forced start); `token_ids` are only the tokens the model generated.
 """
 
 from __future__ import annotations
@@ -57,10 +77,10 @@ class HeadSpec:
 HEADS: Mapping[str, HeadSpec] = MappingProxyType(
     {
         "action": HeadSpec("action", "user", "choice", 8),
-        "query": HeadSpec("query", "user", "lines", 64),
+        "query": HeadSpec("query", "user", "lines", 32),
         "authority": HeadSpec("authority", "user", "choice", 16),
         "domain": HeadSpec("domain", "user", "choice", 16),
-        "title": HeadSpec("title", "answer", "text", 24, stop=("\n",)),
+        "title": HeadSpec("title", "answer", "text", 16, stop=("\n",)),
         "read_url": HeadSpec("read_url", "user", "urls", 0),  # bound: the URL lines' length
     }
 )
@@ -94,10 +114,12 @@ _URL_TRAILER = ".,;:!?)]}>"
 
 @dataclass(frozen=True, slots=True)
 class QuickConfig:
-    """Server-wide head settings: label sets of the categorical heads, constrained or not."""
+    """Server-wide head settings: label sets of the categorical heads, constrained or not, and
+    whether constrained categorical heads stop once their answer is decided (module docstring)."""
 
     labels: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: DEFAULT_LABELS)
     constrained: bool = True
+    decide_early: bool = True
 
 
 # ---- tasks, prompts, grammars --------------------------------------------------------------
@@ -196,6 +218,45 @@ def _label(word: str) -> str:
     first = {word[0].lower(), word[0].upper()}
     head = _literal(first.pop()) if len(first) == 1 else "(?:" + "|".join(_literal(c) for c in sorted(first)) + ")"
     return head + _literal(word[1:])
+
+
+@dataclass(frozen=True, slots=True)
+class Choice:
+    """A categorical answer as its grammar admits it: each spelling and the label it means.
+
+    `decided(text)` is the spelling greedy constrained decoding is bound to finish once it has
+    written `text`: the only spelling `text` is a prefix of (None while several remain).
+    `steps()` bounds the tokens needed to get there (every token writes at least one byte)."""
+
+    spellings: tuple[tuple[str, str], ...]  # (text as written, label)
+
+    def decided(self, text: str, eos: bool = False) -> tuple[str, str] | None:
+        if eos:  # the model ended: the text must be a whole spelling
+            return next((s for s in self.spellings if s[0] == text), None)
+        fits = [s for s in self.spellings if s[0].startswith(text)]
+        return fits[0] if text and len(fits) == 1 else None
+
+    def steps(self) -> int:
+        if not all(s.isascii() for s, _ in self.spellings):  # detokenizers hold partial characters back
+            return max(len(s.encode()) for s, _ in self.spellings) + 1
+        return max(self._deciding_bytes(s.encode()) for s, _ in self.spellings)
+
+    def _deciding_bytes(self, spelling: bytes) -> int:
+        others = [o.encode() for o, _ in self.spellings if o.encode() != spelling]
+        for k in range(1, len(spelling) + 1):
+            if not any(o.startswith(spelling[:k]) for o in others):
+                return k
+        return len(spelling) + 1  # a prefix of another spelling: decided by EOS
+
+
+def head_choice(task: str, labels: Mapping[str, tuple[str, ...]]) -> Choice:
+    """The spellings `head_regex` admits for a categorical head (first letter in either case)."""
+    words = ACTION_LABELS if task == "action" else labels[task]
+    spellings = {c + w[1:]: w for w in words for c in (w[0].lower(), w[0].upper())}
+    return Choice(tuple(spellings.items()))
+
+
+URL_CHOICE = Choice(((" yes", "yes"), (" no", "no")))  # after the forced line start "URL:"
 
 
 @dataclass(frozen=True, slots=True)
@@ -337,7 +398,8 @@ class QuickService:
         """One head: render, constrain, generate greedily, decode."""
         label_sets = {**self.config.labels, **(labels or {})}
         urls = urls_in(conversation.messages)
-        if HEADS[task].output == "urls" and not urls:
+        spec = HEADS[task]
+        if spec.output == "urls" and not urls:
             return HeadRun(task, {}, "", (), 0, 0, 0, "stop")  # nothing to decide: no generation
         prompt = head_prompt(
             self.format,
@@ -347,23 +409,40 @@ class QuickService:
             thinking=conversation.thinking,
             reasoning_effort=conversation.reasoning_effort,
         )
+        early = self.config.constrained and self.config.decide_early
+        if spec.output == "urls" and early:
+            return await self._read_urls(prompt, urls, request_id)
+        choice = head_choice(task, label_sets) if early and spec.output == "choice" else None
         regex = head_regex(task, label_sets, urls)
         constraint = await self._constraint(regex) if regex is not None else None
-        sampling = SamplingParams(head_max_tokens(task, urls), 0.0, 1.0, None, HEADS[task].stop)
-        req = GenerationRequest(request_id, prompt.text, sampling, constraint, prompt.spans)
-        last = await _generate(self.engine, req)
-        text = last.text
-        output = decode(task, text, label_sets, urls)
-        return HeadRun(
-            task,
-            output,
-            text,
-            last.token_ids,
-            last.prompt_tokens,
-            last.completion_tokens,
-            last.cached_tokens,
-            last.finish_reason or "stop",
+        max_tokens = choice.steps() if choice is not None else head_max_tokens(task, urls)
+        sampling = SamplingParams(max_tokens, 0.0, 1.0, None, spec.stop)
+        last = await _generate(
+            self.engine, GenerationRequest(request_id, prompt.text, sampling, constraint, prompt.spans), choice
         )
+        said = choice.decided(last.text, last.finish_reason == "stop") if choice is not None else None
+        text, output = (said[0], said[1]) if said else (last.text, decode(task, last.text, label_sets, urls))
+        return last.run(task, output, text)
+
+    async def _read_urls(self, prompt: HeadPrompt, urls: Sequence[str], request_id: str) -> HeadRun:
+        """read_url decided per URL, concurrently: the head prompt, the forced "URL:", then
+        " yes" or " no" (module docstring). The URL is content: special-token text stays text."""
+        constraint = await self._constraint(" (?:yes|no)")
+        sampling = SamplingParams(URL_CHOICE.steps(), 0.0)
+        n = len(prompt.text)
+        reqs = [
+            GenerationRequest(
+                f"{request_id}-{i}", f"{prompt.text}{u}:", sampling, constraint, (*prompt.spans, (n, n + len(u)))
+            )
+            for i, u in enumerate(urls)
+        ]
+        async with asyncio.TaskGroup() as group:
+            tasks = [group.create_task(_generate(self.engine, r, URL_CHOICE)) for r in reqs]
+        lasts = [t.result() for t in tasks]
+        said = [URL_CHOICE.decided(x.text, x.finish_reason == "stop") for x in lasts]
+        output = None if None in said else {u: d[1] == "yes" for u, d in zip(urls, said, strict=True) if d}
+        text = "\n".join(f"{u}:{d[0] if d else x.text}" for u, d, x in zip(urls, said, lasts, strict=True))
+        return _Last.merged(lasts).run("read_url", output, text)
 
     async def _constraint(self, regex: str) -> HeadConstraint | None:
         """The regex's ref, its Index compiled into the shared cache (None: unconstrained)."""
@@ -443,9 +522,28 @@ class _Last:
     cached_tokens: int
     finish_reason: str | None
 
+    def run(self, task: str, output: Any, text: str) -> HeadRun:
+        finish = self.finish_reason or "stop"
+        return HeadRun(
+            task, output, text, self.token_ids, self.prompt_tokens, self.completion_tokens, self.cached_tokens, finish
+        )
 
-async def _generate(engine: Engine, req: GenerationRequest) -> _Last:
-    """Run one generation to its end; leaving early aborts it (shielded)."""
+    @staticmethod
+    def merged(lasts: Sequence[_Last]) -> _Last:
+        """Several requests of one head as one: tokens concatenated, counts summed."""
+        return _Last(
+            "".join(x.text for x in lasts),
+            tuple(i for x in lasts for i in x.token_ids),
+            sum(x.prompt_tokens for x in lasts),
+            sum(x.completion_tokens for x in lasts),
+            sum(x.cached_tokens for x in lasts),
+            next((x.finish_reason for x in lasts if x.finish_reason not in (None, "stop", "length")), "stop"),
+        )
+
+
+async def _generate(engine: Engine, req: GenerationRequest, until: Choice | None = None) -> _Last:
+    """Run one generation to its end, or until `until` is decided; leaving early aborts it
+    (shielded). A decided generation's finish reason is None."""
     text: list[str] = []
     ids: list[int] = []
     last: TokenDelta | None = None
@@ -456,6 +554,8 @@ async def _generate(engine: Engine, req: GenerationRequest) -> _Last:
                 text.append(delta.text)
                 ids += delta.token_ids
                 last = delta
+                if until is not None and delta.finish_reason is None and until.decided("".join(text)):
+                    break
     finally:
         if last is None or last.finish_reason is None:
             with anyio.CancelScope(shield=True):
