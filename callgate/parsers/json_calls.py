@@ -35,13 +35,17 @@ from enum import Enum, auto
 from callgate.formats import ToolCallFormat
 from callgate.parsers.base import CallIdFactory, ResultBuilder, StreamParser, Tools, tool_names
 from callgate.parsers.json_emit import CallEmitter, diagnostic, quote
-from callgate.parsers.json_scan import JsonScanner
+from callgate.parsers.json_scan import NOT_PLAIN, PLAIN_STREAMED, JsonScanner
 from callgate.parsers.json_shape import ShapeError, check_call_list, check_call_object
 from callgate.parsers.json_spec import JsonFamilySpec, json_family_spec
 from callgate.types import Event, ParseResult, ReasoningDelta, TextDelta
 
 _WS = " \t\r\n"
 _LLAMA_TAIL_SKIP = " \t\r\n;"
+# What `feed` may try before running the whole machine (nothing is held back in either
+# case): pass a delta of plain content on as one TextDelta, or hand a delta of a block's
+# JSON straight to the scanner (see _feed_block).
+_SLOW, _FAST_TEXT, _IN_BLOCK = range(3)
 
 
 class _State(Enum):
@@ -75,6 +79,7 @@ class JsonCallParser:
         self._i = 0  # position in _buf of the first unconsumed character
         self._final = False
         self._finished = False
+        self._fast = _SLOW
         self._handlers = {
             _State.START: self._start,
             _State.REASONING: self._reasoning,
@@ -101,8 +106,7 @@ class JsonCallParser:
         self._block_start = 0
         self._scan_base = 0
         self._scan = JsonScanner()
-        self._raw: list[str] = []
-        self._json: list[str] = []
+        self._raw: list[str] = []  # the block's text so far; its JSON starts at _scan_base
         # trailing text
         self._trail_start = -1
         self._end_trail_start = -1
@@ -110,28 +114,56 @@ class JsonCallParser:
     # ---- StreamParser --------------------------------------------------------------------
 
     def feed(self, delta: str) -> list[Event]:
+        # The shortcuts leave _buf fully consumed (_i == len(_buf)); moving _base past the
+        # delta keeps every later offset right. Measured: most deltas take one of them.
+        fast = self._fast
+        if fast == _IN_BLOCK and delta:
+            return self._feed_block(delta)
+        if fast == _FAST_TEXT and delta and self._spec.text_stop.search(delta) is None:
+            self._base += len(delta)
+            return self._builder.add([TextDelta(delta)])
         if self._finished or not delta:
             return []
-        if self._step == self._content and self._i == len(self._buf) and self._plain(delta):
-            # most deltas are plain text: nothing held, nothing that could start a marker
-            self._base += len(self._buf) + len(delta)
-            self._buf, self._i = "", 0
-            return self._builder.add([TextDelta(delta)])
         self._buf = self._buf[self._i :] + delta
         self._base += self._i
         self._i = 0
-        return self._run()
+        events = self._run()
+        self._fast = self._fast_mode()
+        return events
 
-    def _plain(self, delta: str) -> bool:
-        spec = self._spec
-        if self._lstrip or spec.content_markers.first_pattern.search(delta) is not None:
-            return False
-        return not (spec.separator and delta.endswith(spec.separator))
+    def _fast_mode(self) -> int:
+        if self._i != len(self._buf):
+            return _SLOW
+        if self._state is _State.CONTENT:
+            return _SLOW if self._lstrip else _FAST_TEXT
+        return _IN_BLOCK if self._state is _State.BLOCK else _SLOW
+
+    def _feed_block(self, delta: str) -> list[Event]:
+        """`feed` while a block's JSON is being scanned and nothing is held back. Until the
+        scanner is done or fails, the only events are CallStart and ArgumentsDelta, which
+        cannot change the result: they skip the result builder."""
+        plain = self._scan.feed_plain(delta)
+        if plain != NOT_PLAIN:  # inside a string: one step, at most one fragment
+            self._base += len(delta)
+            self._raw.append(delta)
+            return [self._calls.fragment(delta)] if plain == PLAIN_STREAMED else []
+        self._base += self._i
+        self._buf, self._i = delta, 0
+        if self._block():  # the JSON ended here (or failed): the machine takes over
+            events = self._run()
+            self._fast = self._fast_mode()
+            return events
+        if not self._events:
+            return []
+        events = self._events[:]
+        self._events.clear()
+        return events
 
     def finish(self) -> list[Event]:
         if self._finished:
             return []
         self._final = True
+        self._fast = _SLOW
         self._run()
         self._finish_state()
         self._finished = True
@@ -275,7 +307,6 @@ class JsonCallParser:
         self._block_start = self._abs(start)
         self._scan_base = self._abs(json_start)
         self._raw = [self._buf[start:json_start]]
-        self._json = []
         self._calls.drop()
         self._i = json_start
         self._go(_State.BLOCK)
@@ -285,7 +316,6 @@ class JsonCallParser:
         buf, i, scan = self._buf, self._i, self._scan
         j = scan.feed(buf, i)
         self._raw.append(buf[i:j])
-        self._json.append(buf[i:j])
         self._i = j
         self._stream_call()
         if scan.done:
@@ -378,7 +408,8 @@ class JsonCallParser:
         self._go(_State.AFTER_CALL)
         span = (self._block_start, self._abs(end))
         raw = "".join(self._raw)
-        body = "".join(self._json)
+        lo = self._scan_base - self._block_start
+        body = raw[lo : lo + self._scan.offset]
         if not body.strip():
             self._diag("empty_call_block", "a JSON call", quote(raw), span)
             return

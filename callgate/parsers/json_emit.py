@@ -67,6 +67,14 @@ class CallEmitter:
             self._sent.append(text)
             self._events.append(ArgumentsDelta(self._index, text))
 
+    def fragment(self, text: str) -> ArgumentsDelta:
+        """Like `arguments`, for a non-empty fragment of the open call, but the event is
+        returned instead of appended (the parser's streaming shortcut)."""
+        index = self._index
+        assert index is not None, "a streamed fragment outside a call"
+        self._sent.append(text)
+        return ArgumentsDelta(index, text)
+
     def drop(self) -> None:
         """The open call's block turned out malformed: it gets no CallEnd."""
         self._index = None

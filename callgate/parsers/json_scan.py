@@ -13,6 +13,9 @@ Does not know: any wire format's markers, tools, call ids or events.
         complete yet, the index just after the value when it is (`done`), or the index of
         the offending character (`error` holds (code, expected, got, offset)).
     scanner.finish() -> None      the text ended: completes a top-level number, or errs.
+    scanner.feed_plain(text) -> int
+        the streaming shortcut: consumes all of `text` when it lies inside the current
+        string and holds nothing to escape (same effect as `feed`), else nothing.
 
 Cost is O(consumed): runs of plain string characters and whitespace are skipped with one
 regex match each, and nothing already consumed is looked at again.
@@ -38,6 +41,9 @@ _LITERALS = {"t": "true", "f": "false", "n": "null"}
 # states
 _VALUE, _OBJ_FIRST, _OBJ_KEY, _COLON, _OBJ_NEXT, _ARR_FIRST, _ARR_NEXT = range(7)
 _STRING, _ESCAPE, _UNICODE, _NUMBER_ST, _LITERAL, _DONE, _ERROR = range(7, 14)
+
+# what feed_plain did with a piece of string body
+NOT_PLAIN, PLAIN_KEPT, PLAIN_STREAMED = range(3)
 
 
 def canonical_string(text: str) -> str:
@@ -162,6 +168,19 @@ class JsonScanner:
             pos = self._step(text, pos, end)
         self.offset += pos - start
         return pos
+
+    def feed_plain(self, text: str) -> int:
+        """Consume all of `text` in one step when the scanner is inside a string and `text`
+        has no quote, backslash or control character: PLAIN_STREAMED when the string is part
+        of the streamed arguments (the caller sends `text`, which is already canonical, as
+        the next fragment: it does not go into `out`), PLAIN_KEPT otherwise. NOT_PLAIN, with
+        nothing consumed, when the shortcut does not apply (use `feed`)."""
+        if self._state != _STRING or self._hi or _PLAIN_RUN.fullmatch(text) is None:
+            return NOT_PLAIN
+        self.offset += len(text)
+        if self._str_keep:
+            self._sb.append(text)
+        return PLAIN_STREAMED if self._str_stream else PLAIN_KEPT
 
     def finish(self) -> None:
         """The text ended. Completes a pending top-level number; any other open value errs."""

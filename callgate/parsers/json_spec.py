@@ -97,6 +97,9 @@ class JsonFamilySpec:
     reasoning_close: str
     content_markers: MarkerSet
     content_actions: dict[str, Action]
+    # finds why a piece of content cannot simply be passed on: a character that may start a
+    # content marker, or a separator at its end (held: dropped if a call follows)
+    text_stop: re.Pattern[str]
     ends_set: MarkerSet
     reasoning_markers: MarkerSet
     block_markers: MarkerSet  # what may stop a block's JSON: ends, open, close
@@ -144,6 +147,8 @@ def json_family_spec(format: str) -> JsonFamilySpec:
     id_pattern = m.get("call_id_pattern")
     reasoning = tuple(t for t in (fmt.reasoning_close, block_open, block_close, *_ends(fmt)) if t)
     closes = (block_close,) if block_close else ()
+    content_markers = MarkerSet.of(tuple(actions))
+    text_stop = content_markers.first_pattern.pattern + (f"|{re.escape(sep)}\\Z" if sep else "")
     return JsonFamilySpec(
         format=fmt.name,
         layout=layout,
@@ -157,8 +162,9 @@ def json_family_spec(format: str) -> JsonFamilySpec:
         id_pattern=re.compile(id_pattern) if id_pattern else None,
         reasoning_open=fmt.reasoning_open or "",
         reasoning_close=fmt.reasoning_close or "",
-        content_markers=MarkerSet.of(tuple(actions)),
+        content_markers=content_markers,
         content_actions=actions,
+        text_stop=re.compile(text_stop),
         ends_set=MarkerSet.of(_ends(fmt)),
         reasoning_markers=MarkerSet.of(reasoning),
         block_markers=MarkerSet.of((*_ends(fmt), block_open, *closes)),
