@@ -1,4 +1,4 @@
-"""Frozen dataclasses shared by every layer.
+"""The value types shared by every layer: frozen dataclasses, and immutable events.
 
 Knows: the shapes of parse results, candidates, diagnostics and streaming events.
 Does not know: any format, any engine, any web framework.
@@ -7,8 +7,9 @@ Does not know: any format, any engine, any web framework.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
-from typing import Any, Literal, TypeAlias
+from collections.abc import Callable
+from dataclasses import FrozenInstanceError, dataclass
+from typing import Any, ClassVar, Literal, NoReturn, TypeAlias
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,47 +50,136 @@ def arguments_json(arguments: dict[str, Any]) -> str:
 
 
 # ---- streaming events -------------------------------------------------------------------
+#
+# Not dataclasses, measured: a parser builds one event per 4-character delta, and a frozen
+# dataclass's __init__ (object.__setattr__ per field) costs 2x a class whose __init__ stores
+# through the slot descriptors directly (~225 ns against ~105 ns here). These classes keep
+# the dataclass contract: slotted, immutable (FrozenInstanceError), equal by type and field
+# values, hashed and printed as the frozen dataclasses were. `kind` is a per-class constant.
 
 
-@dataclass(frozen=True, slots=True)
-class TextDelta:
+class _Event:
+    """What every event shares: immutability, equality, hashing, repr and pickling."""
+
+    __slots__ = ()
+    _fields: ClassVar[tuple[str, ...]]  # the dataclass fields, `kind` last
+
+    def _values(self) -> tuple[Any, ...]:
+        return tuple(getattr(self, name) for name in self._fields)
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is self.__class__:
+            assert isinstance(other, _Event)
+            return self._values() == other._values()
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self._values())
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{name}={getattr(self, name)!r}" for name in self._fields)
+        return f"{type(self).__qualname__}({shown})"
+
+    def __setattr__(self, name: str, value: object) -> NoReturn:
+        raise FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name: str) -> NoReturn:
+        raise FrozenInstanceError(f"cannot delete field {name!r}")
+
+    def __reduce__(self) -> tuple[type[_Event], tuple[Any, ...]]:
+        return type(self), self._values()[:-1]
+
+
+def _setter(cls: type, name: str) -> Callable[[Any, Any], None]:
+    """The slot descriptor's store: what a frozen __init__ may call."""
+    store: Callable[[Any, Any], None] = vars(cls)[name].__set__
+    return store
+
+
+class TextDelta(_Event):
+    __slots__ = ("text",)
+    __match_args__ = ("text", "kind")
+    _fields = ("text", "kind")
     text: str
-    kind: Literal["text"] = "text"
+    kind: ClassVar[Literal["text"]] = "text"
+
+    def __init__(self, text: str) -> None:
+        _text_delta_text(self, text)
 
 
-@dataclass(frozen=True, slots=True)
-class ReasoningDelta:
+class ReasoningDelta(_Event):
+    __slots__ = ("text",)
+    __match_args__ = ("text", "kind")
+    _fields = ("text", "kind")
     text: str
-    kind: Literal["reasoning"] = "reasoning"
+    kind: ClassVar[Literal["reasoning"]] = "reasoning"
+
+    def __init__(self, text: str) -> None:
+        _reasoning_delta_text(self, text)
 
 
-@dataclass(frozen=True, slots=True)
-class CallStart:
+class CallStart(_Event):
+    __slots__ = ("call_id", "index", "name")
+    __match_args__ = ("index", "call_id", "name", "kind")
+    _fields = ("index", "call_id", "name", "kind")
     index: int  # 0-based position of the call in this output
     call_id: str
     name: str
-    kind: Literal["call_start"] = "call_start"
+    kind: ClassVar[Literal["call_start"]] = "call_start"
+
+    def __init__(self, index: int, call_id: str, name: str) -> None:
+        _call_start_index(self, index)
+        _call_start_call_id(self, call_id)
+        _call_start_name(self, name)
 
 
-@dataclass(frozen=True, slots=True)
-class ArgumentsDelta:
+class ArgumentsDelta(_Event):
+    __slots__ = ("index", "text")
+    __match_args__ = ("index", "text", "kind")
+    _fields = ("index", "text", "kind")
     index: int
     text: str  # a fragment of arguments_json(final arguments)
-    kind: Literal["arguments"] = "arguments"
+    kind: ClassVar[Literal["arguments"]] = "arguments"
+
+    def __init__(self, index: int, text: str) -> None:
+        _arguments_delta_index(self, index)
+        _arguments_delta_text(self, text)
 
 
-@dataclass(frozen=True, slots=True)
-class CallEnd:
+class CallEnd(_Event):
+    __slots__ = ("candidate", "index")
+    __match_args__ = ("index", "candidate", "kind")
+    _fields = ("index", "candidate", "kind")
     index: int
     candidate: ToolCallCandidate
-    kind: Literal["call_end"] = "call_end"
+    kind: ClassVar[Literal["call_end"]] = "call_end"
+
+    def __init__(self, index: int, candidate: ToolCallCandidate) -> None:
+        _call_end_index(self, index)
+        _call_end_candidate(self, candidate)
 
 
-@dataclass(frozen=True, slots=True)
-class DiagnosticEvent:
+class DiagnosticEvent(_Event):
+    __slots__ = ("diagnostic",)
+    __match_args__ = ("diagnostic", "kind")
+    _fields = ("diagnostic", "kind")
     diagnostic: Diagnostic
-    kind: Literal["diagnostic"] = "diagnostic"
+    kind: ClassVar[Literal["diagnostic"]] = "diagnostic"
 
+    def __init__(self, diagnostic: Diagnostic) -> None:
+        _diagnostic_event_diagnostic(self, diagnostic)
+
+
+_text_delta_text = _setter(TextDelta, "text")
+_reasoning_delta_text = _setter(ReasoningDelta, "text")
+_call_start_index = _setter(CallStart, "index")
+_call_start_call_id = _setter(CallStart, "call_id")
+_call_start_name = _setter(CallStart, "name")
+_arguments_delta_index = _setter(ArgumentsDelta, "index")
+_arguments_delta_text = _setter(ArgumentsDelta, "text")
+_call_end_index = _setter(CallEnd, "index")
+_call_end_candidate = _setter(CallEnd, "candidate")
+_diagnostic_event_diagnostic = _setter(DiagnosticEvent, "diagnostic")
 
 Event: TypeAlias = TextDelta | ReasoningDelta | CallStart | ArgumentsDelta | CallEnd | DiagnosticEvent
 
