@@ -17,7 +17,11 @@ reference. A call to a tool not in `tools` is still a candidate, with `unknown_t
 Cost: feed(delta) looks at the delta plus a hold-back of at most one marker. Most deltas
 skip the machine (`_quick`, BlockReader.quick): with nothing held back, text, value or name
 text that cannot start or end a marker becomes at most one event; text that only extends
-the start of a marker or tag is held back. Markers are compiled once per format.
+the start of a marker is held back. Inside a tag of the block, deltas are only collected
+until the character that can end the tag arrives (BlockReader.waits_for; at most
+_MAX_WAIT_CHARS), then the machine reads them at once: the machine gives the same events
+for any split, so reading later changes nothing but when the tag's events come out.
+Markers are compiled once per format.
 """
 
 from __future__ import annotations
@@ -38,6 +42,11 @@ from callgate.types import (
     ReasoningDelta,
     TextDelta,
 )
+
+# Inside a tag of the block the machine can only hold text back until the tag ends (">", or
+# the "\n" that starts a call after its name): deltas are held unread until that character
+# comes, at most this many characters, then read at once.
+_MAX_WAIT_CHARS = 128
 
 
 class _S(Enum):
@@ -96,20 +105,47 @@ class DsmlParser:
         self._state = _S.REASONING if thinking else _S.CONTENT
         self._block: BlockReader | None = None
         self._builder = ResultBuilder()
+        self._waiting: list[str] | None = None  # deltas held, unread, until the tag they are in can end
+        self._waiting_chars = 0
+        self._wait_char = ">"
 
     def feed(self, delta: str) -> list[Event]:
-        if delta:
+        waiting = self._waiting
+        if waiting is not None:  # inside a tag: nothing to decide before the awaited character
+            waiting.append(delta)
+            self._waiting_chars += len(delta)
+            if self._wait_char not in delta and self._waiting_chars < _MAX_WAIT_CHARS:
+                return []
+            self._waiting = None
+            delta = "".join(waiting)
+        elif delta:
             block = self._block
             if self._state is _S.BLOCK and block is not None:  # argument text: not for the result builder
                 events = block.quick(self._buf, delta)
+                if events is not None:
+                    if block.tag_started:
+                        block.tag_started = False
+                        self._wait(">")
+                    return events
             else:
                 events = self._quick(delta)
-            if events is not None:
-                return events
+                if events is not None:
+                    return events
         self._buf.append(delta)
-        return self._builder.add(self._run(final=False))
+        events = self._builder.add(self._run(final=False))
+        if self._state is _S.BLOCK and self._block is not None:
+            wait_char = self._block.waits_for(self._buf)
+            if wait_char:
+                self._wait(wait_char)
+        return events
+
+    def _wait(self, char: str) -> None:
+        self._waiting, self._waiting_chars, self._wait_char = [], 0, char
 
     def finish(self) -> list[Event]:
+        if self._waiting is not None:
+            self._buf.append("".join(self._waiting))
+            self._waiting = None
         events = self._run(final=True)
         if self._state is _S.REASONING:
             close = self._fmt.reasoning_close

@@ -46,6 +46,7 @@ class _S(IntEnum):  # IntEnum: hashed in C, and states are dictionary keys on th
     FAILED = auto()
 
 
+_TEXT_STATES = frozenset((_S.VALUE, _S.NAME, _S.KEY))
 _NAME_STOP = re.compile('["\n<>]')  # a name or key ends at '"'; the others are errors
 _TO_ESCAPE = re.compile(r'[\x00-\x1f"\\]')  # what JSON escapes in a string (ensure_ascii off)
 # error code when the text matches none of a state's literals (states with a fixed code)
@@ -154,6 +155,7 @@ class BlockReader:
         self._index = first_index
         self.candidates: list[ToolCallCandidate] = []
         self.failure: Diagnostic | None = None
+        self.tag_started = False  # set by `quick` when it held back the start of a marker
         self._chars: list[str] = []  # the name or key being read
         self._raw: list[str] = []  # text of the current invoke
         self._invoke_start = 0
@@ -172,6 +174,14 @@ class BlockReader:
             "string_value": lambda _: self._start_value(is_str=True),
             "json_value": lambda _: self._start_value(is_str=False),
         }
+
+    def waits_for(self, buf: Buffer) -> str:
+        """What the reader needs before it can decide anything when it stands inside tag
+        text (not in a value, name or key, or holding back the start of a marker): the
+        character that ends the tag, or the line after an invoke name. "" otherwise."""
+        if not len(buf) and self._state in _TEXT_STATES:
+            return ""
+        return "\n" if self._state is _S.NAME_END else ">"
 
     @property
     def closed(self) -> bool:
@@ -273,33 +283,38 @@ class BlockReader:
     # ---- shortcuts for feed: the same outcome as `run`, with less work ---------------
 
     def quick(self, buf: Buffer, delta: str) -> list[Event] | None:
-        """What `run` would do after `buf.append(delta)`, done directly when that is simple:
-        value or name text that cannot end it is taken whole; the start of what the state
-        expects is only held back. None: `run` must read it (nothing was done)."""
-        state, held = self._state, buf.rest()
-        if not held:
-            if state is _S.VALUE and (self._value_stop.search(delta) is None or not self._values.starts.search(delta)):
-                buf.skip(len(delta))  # nothing that can end the value
-                self._raw.append(delta)
-                self._value.append(delta)
-                if not self._is_str:
-                    return []
-                return [ArgumentsDelta(self._index, delta if _TO_ESCAPE.search(delta) is None else _escaped(delta))]
-            if (state is _S.NAME or state is _S.KEY) and _NAME_STOP.search(delta) is None:
-                buf.skip(len(delta))
-                self._raw.append(delta)
-                self._chars.append(delta)
-                return []
-        text = held + delta
+        """What `run` would do after `buf.append(delta)`, done directly when that is simple.
+
+        Only for a reader outside tag text with nothing held back (`waits_for` is ""):
+        value or name text that cannot end it is taken whole; value text followed by the
+        start of a marker is taken and the start held back (then `tag_started` is set).
+        None: `run` must read it (nothing was done)."""
+        state = self._state
         if state is _S.VALUE:
-            waits = self._values.waits(text)
-        else:
-            pending = self._pending.get(state)
-            waits = pending is not None and text in pending
-        if not waits:
-            return None
-        buf.append(delta)
-        return []
+            stop = self._value_stop.search(delta)
+            if stop is None or "<" not in delta:  # nothing that can end the value
+                buf.skip(len(delta))
+                return self._value_text(delta, stop is not None)
+            at = delta.index("<")
+            if not self._values.waits(delta[at:]):
+                return None
+            buf.skip(at)
+            buf.append(delta[at:])
+            self.tag_started = True
+            return self._value_text(delta[:at], _TO_ESCAPE.search(delta, 0, at) is not None) if at else []
+        if (state is _S.NAME or state is _S.KEY) and _NAME_STOP.search(delta) is None:
+            buf.skip(len(delta))
+            self._raw.append(delta)
+            self._chars.append(delta)
+            return []
+        return None
+
+    def _value_text(self, text: str, escape: bool) -> list[Event]:
+        self._raw.append(text)
+        self._value.append(text)
+        if not self._is_str:
+            return []
+        return [ArgumentsDelta(self._index, _escaped(text) if escape else text)]
 
     def _read_value(self, buf: Buffer, final: bool) -> list[Event]:
         at = buf.offset
