@@ -118,7 +118,13 @@ class JsonCallParser:
         # delta keeps every later offset right. Measured: most deltas take one of them.
         fast = self._fast
         if fast == _IN_BLOCK and delta:
-            return self._feed_block(delta)
+            plain = self._scan.feed_plain(delta)
+            if plain == NOT_PLAIN:
+                return self._feed_block(delta)
+            # inside a string: one step, and a fragment that cannot change the result
+            self._base += len(delta)
+            self._raw.append(delta)
+            return [self._calls.fragment(delta)] if plain == PLAIN_STREAMED else []
         if fast == _FAST_TEXT and delta and self._spec.text_stop.search(delta) is None:
             self._base += len(delta)
             return self._builder.add([TextDelta(delta)])
@@ -142,19 +148,20 @@ class JsonCallParser:
         """`feed` while a block's JSON is being scanned and nothing is held back. Until the
         scanner is done or fails, the only events are CallStart and ArgumentsDelta, which
         cannot change the result: they skip the result builder."""
-        plain = self._scan.feed_plain(delta)
-        if plain != NOT_PLAIN:  # inside a string: one step, at most one fragment
-            self._base += len(delta)
-            self._raw.append(delta)
-            return [self._calls.fragment(delta)] if plain == PLAIN_STREAMED else []
-        self._base += self._i
-        self._buf, self._i = delta, 0
-        if self._block():  # the JSON ended here (or failed): the machine takes over
+        scan, calls = self._scan, self._calls
+        j = scan.feed(delta)
+        if scan.stopped:  # the JSON ended in this delta (or failed): the machine takes over
+            self._base += self._i
+            self._buf, self._i = delta, 0
+            self._scanned(j)
             events = self._run()
             self._fast = self._fast_mode()
             return events
-        if not self._events:
-            return []
+        self._base += len(delta)
+        self._raw.append(delta)
+        if calls.open:
+            return [calls.fragment(scan.take_output())] if scan.out else []
+        self._stream_call()
         events = self._events[:]
         self._events.clear()
         return events
@@ -184,6 +191,8 @@ class JsonCallParser:
         self._step = self._handlers[state]
 
     def _flush(self) -> list[Event]:
+        if not self._events:
+            return []
         events = self._events[:]
         self._events.clear()
         return self._builder.add(events)
@@ -313,9 +322,12 @@ class JsonCallParser:
         return True
 
     def _block(self) -> bool:
-        buf, i, scan = self._buf, self._i, self._scan
-        j = scan.feed(buf, i)
-        self._raw.append(buf[i:j])
+        return self._scanned(self._scan.feed(self._buf, self._i))
+
+    def _scanned(self, j: int) -> bool:
+        """The scanner has consumed the buffer up to `j`."""
+        scan = self._scan
+        self._raw.append(self._buf[self._i : j])
         self._i = j
         self._stream_call()
         if scan.done:
@@ -460,18 +472,11 @@ class JsonCallParser:
             self._go(_State.BAD_BLOCK)
             self._i = i + len(spec.block_open)
             return True
-        if not rest or (not self._final and self._could_continue(rest)):
+        if not rest or (not self._final and rest in spec.after_call_prefixes):
             return False
         self._trail_start = self._abs(i)
         self._go(_State.SINGLE_TAIL if spec.layout == "single" else _State.TRAILING)
         return True
-
-    def _could_continue(self, rest: str) -> bool:
-        spec = self._spec
-        wanted = [*spec.ends, spec.block_open]
-        if spec.layout == "object":
-            wanted.append(spec.separator + spec.block_open)
-        return any(w.startswith(rest) for w in wanted)
 
     def _single_tail(self) -> bool:
         buf, k = self._buf, self._i

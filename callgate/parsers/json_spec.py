@@ -105,6 +105,7 @@ class JsonFamilySpec:
     block_markers: MarkerSet  # what may stop a block's JSON: ends, open, close
     skip_markers: MarkerSet  # where a malformed block stops: ends, close
     trailing_markers: MarkerSet  # what ends text after a call: ends (and open, object layout)
+    after_call_prefixes: frozenset[str]  # non-empty prefixes of what may follow a call
 
 
 def _content_actions(fmt: ToolCallFormat, layout: Layout, block_open: str, block_close: str) -> dict[str, Action]:
@@ -148,6 +149,7 @@ def json_family_spec(format: str) -> JsonFamilySpec:
     reasoning = tuple(t for t in (fmt.reasoning_close, block_open, block_close, *_ends(fmt)) if t)
     closes = (block_close,) if block_close else ()
     content_markers = MarkerSet.of(tuple(actions))
+    after_call = (*_ends(fmt), block_open, *((sep + block_open,) if layout == "object" else ()))
     text_stop = content_markers.first_pattern.pattern + (f"|{re.escape(sep)}\\Z" if sep else "")
     return JsonFamilySpec(
         format=fmt.name,
@@ -170,4 +172,5 @@ def json_family_spec(format: str) -> JsonFamilySpec:
         block_markers=MarkerSet.of((*_ends(fmt), block_open, *closes)),
         skip_markers=MarkerSet.of((*_ends(fmt), *closes)),
         trailing_markers=MarkerSet.of((*_ends(fmt), block_open) if layout == "object" else _ends(fmt)),
+        after_call_prefixes=frozenset(m[:k] for m in after_call for k in range(1, len(m) + 1)),
     )
