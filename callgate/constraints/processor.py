@@ -26,9 +26,22 @@ A sampled token the guide rejects (only possible when the trigger arrived glued 
 the grammar forbids) leaves the row unconstrained from then on (`failed_rows`, and a
 warning in the log); the strict parser downstream then reports the malformed call.
 
-Every `apply` records its time (guide advance + mask fill + kernel launch) in `timings`
-and in the process-wide `STEP_TIMINGS` (`mask_time_summary()`: p50/p99 per step and per
-constrained token). With a CUDA device the kernel runs asynchronously; the time is host time.
+Budget closing (budget.py): a row knows its budget (`SamplingParams.max_tokens` minus its
+outputs so far). In the last `BudgetCloser.bound` (512) tokens, the mask is narrowed to the
+tokens from which a complete output (then EOS) still fits in what is left; when only the
+shortest completion still fits, the row follows it. So a constrained output always ends
+in the grammar's language, with EOS at or before max_tokens: a free-text value the model
+would not close is cut short so that the call closes, and the server then reports
+`finish_reason: "length"` (it used all of max_tokens). Lazy rows before their trigger are
+free text and are not touched: a trigger that comes too late to close is cut as before, as
+is a row whose max_tokens is below its grammar's shortest output. Rows without a
+`max_tokens` (tests' fakes) are left alone.
+
+Every `apply` records its time (guide advance + mask fill + budget closing + kernel launch)
+in `timings` and in the process-wide `STEP_TIMINGS` (`mask_time_summary()`: p50/p99 per
+step and per constrained token). With a CUDA device the kernel runs asynchronously; the time
+is host time. With `CALLGATE_MASK_TIMINGS=/path/file` in the environment each step is also
+appended to that file (step_log.py), readable from outside vLLM's engine process.
 """
 
 from __future__ import annotations
@@ -43,7 +56,9 @@ from typing import Any
 import outlines_core
 import torch
 
+from callgate.constraints.budget import BudgetCloser
 from callgate.constraints.cache import TokenVocabulary, get_index, token_vocabulary
+from callgate.constraints.step_log import StepLog
 from callgate.kernels import apply_token_bitmask, backend_for
 
 log = logging.getLogger("callgate.constraints.processor")
@@ -130,12 +145,14 @@ class Row:
     """One constrained request: its live output list, how much of it the guide has seen,
     and the guide (None while a lazy row waits for its trigger)."""
 
-    __slots__ = ("consumed", "failed", "guide", "index", "output", "spec", "tail")
+    __slots__ = ("closing", "consumed", "failed", "guide", "index", "max_tokens", "output", "spec", "tail")
 
-    def __init__(self, spec: RowSpec, index: Any, output: list[int]) -> None:
+    def __init__(self, spec: RowSpec, index: Any, output: list[int], max_tokens: int | None = None) -> None:
         self.spec, self.index, self.output = spec, index, output
         self.consumed = 0
         self.failed = False
+        self.max_tokens = max_tokens
+        self.closing = max_tokens is not None  # budget closing on (off after a capped search)
         self.tail = b""
         self.guide: Any = None if spec.trigger is not None else outlines_core.Guide(index)
 
@@ -152,6 +169,10 @@ class Row:
             self.consumed += 1
             self._feed(token, table)
         return self.guide is not None and not self.failed
+
+    def remaining(self) -> int | None:
+        """Tokens left to sample, this step's included; None when budget closing is off."""
+        return self.max_tokens - len(self.output) if self.closing and self.max_tokens is not None else None
 
     def _feed(self, token: int, table: TokenTable) -> None:
         if self.guide is None:
@@ -286,6 +307,9 @@ class ConstrainedBatch:
         self.buffer = MaskBuffer(self.device, is_pin_memory)
         self.timings = MaskTimings()
         self.masks = StateMasks()
+        self.closer = BudgetCloser(self.tokens.by_bytes, self.tokens.vocabulary.eos_token_id)
+        self.step_log = StepLog.from_environment()
+        self.budget_ns = 0
         # Choosing the backend builds the CPU kernel: at engine start, not in the first step.
         self.backend = backend_for(self.device)
 
@@ -334,7 +358,8 @@ class ConstrainedBatch:
             if spec is None:
                 return None
             index = get_index(spec.key, spec.regex, self.tokens.vocabulary, spec.index_path)
-            return Row(spec, index, output_ids)
+            max_tokens = getattr(params, "max_tokens", None)
+            return Row(spec, index, output_ids, max_tokens if isinstance(max_tokens, int) else None)
         except ValueError as exc:
             log.error("constrained decoding disabled for a request: %s", exc)
             return None
@@ -351,6 +376,7 @@ class ConstrainedBatch:
         if not self.rows:
             return logits
         start = time.perf_counter_ns()
+        self.budget_ns = 0
         n_rows = logits.shape[0]
         active = sorted(i for i, row in self.rows.items() if i < n_rows and row.catch_up(self.tokens))
         if active:
@@ -358,6 +384,8 @@ class ConstrainedBatch:
         elapsed = time.perf_counter_ns() - start
         self.timings.record(elapsed, len(active))
         STEP_TIMINGS.record(elapsed, len(active))
+        if self.step_log is not None and active:
+            self.step_log.record(elapsed, len(active), self.budget_ns)
         return logits
 
     def _masks_for(self, logits: torch.Tensor, active: list[int]) -> torch.Tensor:
@@ -368,8 +396,25 @@ class ConstrainedBatch:
             raise ValueError(f"logits have {width} columns but the vocabulary has {self.tokens.vocabulary.size} ids")
         host = self.buffer.rows(n_rows, (width + 31) // 32)
         for i in active:
-            self.masks.fill(self.rows[i].spec.key, self.rows[i].guide, host[i])
+            row = self.rows[i]
+            self.masks.fill(row.spec.key, row.guide, host[i])
+            remaining = row.remaining()
+            if remaining is not None and remaining <= self.closer.bound:
+                self._close_within_budget(row, remaining, host[i])
         return self.buffer.for_kernel(n_rows)
+
+    def _close_within_budget(self, row: Row, remaining: int, target: torch.Tensor) -> None:
+        """Narrow `target` to the tokens that still let the row end within its budget."""
+        start = time.perf_counter_ns()
+        try:
+            closing = self.closer.mask(row.spec.key, row.index, int(row.guide.get_state()), remaining, target.numel())
+        except LookupError as exc:
+            row.closing = False
+            log.warning("constraint %s: budget closing off for a request: %s", row.spec.key[:16], exc)
+            closing = None
+        if closing is not None:
+            target.copy_(closing)
+        self.budget_ns += time.perf_counter_ns() - start
 
     @property
     def failed_rows(self) -> list[int]:

@@ -1,0 +1,84 @@
+"""Per-step mask timings written to a file, so a process other than vLLM's engine core can read them.
+
+Knows: a line format and when to flush. Does not know: what is timed (processor.py records).
+
+vLLM runs the logits processor inside its engine-core process, so the processor's in-memory
+timings (`processor.STEP_TIMINGS`) are out of a benchmark's reach. With the environment
+variable `CALLGATE_MASK_TIMINGS=/path/file` set for the server (the engine process inherits
+it), every ConstrainedBatch appends one line per masked step:
+
+    <elapsed_ns> <constrained_rows> <budget_ns>\\n
+
+(host time of the whole `apply`, rows masked, and the part spent in budget closing), in
+blocks of `flush_every` lines, each block in one `write` on a file opened for appending, so
+the lines of several engine processes do not interleave. The block still buffered is written
+at `close()` and when the process exits normally (atexit); a killed process loses it.
+`read_step_log(path)` reads the lines back; a torn last line is skipped.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+ENV_VAR = "CALLGATE_MASK_TIMINGS"
+DEFAULT_FLUSH_EVERY = 64
+
+
+@dataclass(frozen=True, slots=True)
+class StepRecord:
+    elapsed_ns: int
+    rows: int
+    budget_ns: int
+
+
+class StepLog:
+    """Buffered appender of StepRecords to one file."""
+
+    def __init__(self, path: str | os.PathLike[str], flush_every: int = DEFAULT_FLUSH_EVERY) -> None:
+        if flush_every < 1:
+            raise ValueError(f"flush_every must be >= 1, got {flush_every}")
+        self.path, self.flush_every = Path(path), flush_every
+        self.pending: list[str] = []
+        atexit.register(self.close)
+
+    @classmethod
+    def from_environment(cls, environ: dict[str, str] | None = None) -> StepLog | None:
+        """A log at `$CALLGATE_MASK_TIMINGS`, None when unset or empty."""
+        path = (os.environ if environ is None else environ).get(ENV_VAR, "")
+        return cls(path) if path else None
+
+    def record(self, elapsed_ns: int, rows: int, budget_ns: int) -> None:
+        self.pending.append(f"{elapsed_ns} {rows} {budget_ns}\n")
+        if len(self.pending) >= self.flush_every:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self.pending:
+            return
+        block, self.pending = "".join(self.pending).encode(), []
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            os.write(fd, block)
+        finally:
+            os.close(fd)
+
+    def close(self) -> None:
+        self.flush()
+        atexit.unregister(self.close)
+
+
+def read_step_log(path: str | os.PathLike[str]) -> list[StepRecord]:
+    """Every complete record in the file at `path` (none when it does not exist)."""
+    try:
+        text = Path(path).read_text()
+    except FileNotFoundError:
+        return []
+    records = []
+    for line in text.splitlines(keepends=True):
+        fields = line.split()
+        if line.endswith("\n") and len(fields) == 3 and all(f.isdigit() for f in fields):
+            records.append(StepRecord(int(fields[0]), int(fields[1]), int(fields[2])))
+    return records
