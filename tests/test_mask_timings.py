@@ -1,0 +1,90 @@
+"""Mask timings written by the processor to a file and read back (step_log.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import torch
+
+from callgate.constraints.step_log import ENV_VAR, StepLog, StepRecord, read_step_log
+from tests.test_processor import VOCAB, Params, TinyBatch, Update, constrained
+
+
+@dataclass
+class BudgetParams(Params):
+    max_tokens: int | None = None
+
+
+def test_records_round_trip_in_blocks(tmp_path: Path) -> None:
+    path = tmp_path / "steps.log"
+    log = StepLog(path, flush_every=3)
+    records = [StepRecord(1000 + i, i % 4, 7 * i) for i in range(7)]
+    for r in records[:2]:
+        log.record(r.elapsed_ns, r.rows, r.budget_ns)
+    assert read_step_log(path) == []  # still buffered
+    for r in records[2:]:
+        log.record(r.elapsed_ns, r.rows, r.budget_ns)
+    assert read_step_log(path) == records[:6]
+    log.close()
+    assert read_step_log(path) == records
+
+
+def test_two_writers_append_to_one_file(tmp_path: Path) -> None:
+    path = tmp_path / "steps.log"
+    a, b = StepLog(path, flush_every=1), StepLog(path, flush_every=1)
+    a.record(1, 1, 0)
+    b.record(2, 2, 0)
+    a.record(3, 1, 5)
+    assert [r.elapsed_ns for r in read_step_log(path)] == [1, 2, 3]
+
+
+def test_a_torn_or_foreign_line_is_skipped(tmp_path: Path) -> None:
+    path = tmp_path / "steps.log"
+    path.write_text("10 1 0\nnot a record\n20 2 3\n30 1")
+    assert read_step_log(path) == [StepRecord(10, 1, 0), StepRecord(20, 2, 3)]
+    assert read_step_log(tmp_path / "missing.log") == []
+
+
+def test_the_environment_variable_turns_it_on() -> None:
+    assert StepLog.from_environment({}) is None
+    assert StepLog.from_environment({ENV_VAR: ""}) is None
+    log = StepLog.from_environment({ENV_VAR: "/tmp/x.log"})
+    assert log is not None and log.path == Path("/tmp/x.log")
+    log.close()
+    with pytest.raises(ValueError, match="flush_every"):
+        StepLog("/tmp/x.log", flush_every=0)
+
+
+def test_the_processor_logs_each_masked_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "mask.log"
+    monkeypatch.setenv(ENV_VAR, str(path))
+    batch = TinyBatch(None, "cpu", False)
+    out: list[int] = []
+    batch.update_state(Update(2, added=[(0, constrained("a+b"), None, out), (1, Params(), None, [])]))
+    for token in (0, 0, 1):
+        batch.apply(torch.zeros(2, VOCAB))
+        out.append(token)
+    batch.update_state(Update(2, removed=[0]))
+    batch.apply(torch.zeros(2, VOCAB))  # nothing constrained: no record
+    assert batch.step_log is not None
+    batch.step_log.close()
+    records = read_step_log(path)
+    assert [r.rows for r in records] == [1, 1, 1]
+    assert all(r.elapsed_ns > 0 and r.budget_ns == 0 for r in records)  # no max_tokens: no closing
+
+
+def test_time_in_budget_closing_is_logged(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "mask.log"
+    monkeypatch.setenv(ENV_VAR, str(path))
+    batch = TinyBatch(None, "cpu", False)
+    spec = constrained("a+b").extra_args
+    batch.update_state(Update(1, added=[(0, BudgetParams(spec, max_tokens=3), None, [0])]))
+    logits = batch.apply(torch.zeros(1, VOCAB))
+    # 2 left: "b" or "ab" then EOS; another "a" could not end in time
+    assert set(torch.isfinite(logits[0]).nonzero().flatten().tolist()) == {1, 10}
+    assert batch.step_log is not None
+    batch.step_log.close()
+    (record,) = read_step_log(path)
+    assert record.rows == 1 and 0 < record.budget_ns <= record.elapsed_ns
