@@ -35,7 +35,7 @@ from enum import Enum, auto
 from callgate.formats import ToolCallFormat
 from callgate.parsers.base import CallIdFactory, ResultBuilder, StreamParser, Tools, tool_names
 from callgate.parsers.json_emit import CallEmitter, diagnostic, quote
-from callgate.parsers.json_scan import NOT_PLAIN, PLAIN_STREAMED, JsonScanner
+from callgate.parsers.json_scan import PLAIN_STREAMED, RUNNING, JsonScanner
 from callgate.parsers.json_shape import ShapeError, check_call_list, check_call_object
 from callgate.parsers.json_spec import JsonFamilySpec, json_family_spec
 from callgate.types import Event, ParseResult, ReasoningDelta, TextDelta
@@ -72,6 +72,8 @@ class JsonCallParser:
         # none are, tools=None that the caller did not say.
         self._bare_calls = tools is None or len(tools) > 0
         self._builder = ResultBuilder()
+        self._unbuilt: list[Event] = []  # sent by feed's text shortcut, not yet built
+        self._text_stop = spec.text_stop.search
         self._events: list[Event] = []
         self._calls = CallEmitter(spec.format, tool_names(tools), call_ids, self._events)
         self._buf = ""
@@ -118,16 +120,21 @@ class JsonCallParser:
         # delta keeps every later offset right. Measured: most deltas take one of them.
         fast = self._fast
         if fast == _IN_BLOCK and delta:
-            plain = self._scan.feed_plain(delta)
-            if plain == NOT_PLAIN:
-                return self._feed_block(delta)
-            # inside a string: one step, and a fragment that cannot change the result
+            j = self._scan.feed_delta(delta)
+            if j >= 0:  # the JSON ended in this delta (or failed): the machine takes over
+                return self._block_stopped(delta, j)
+            # the whole delta is JSON: at most a CallStart and a fragment, which cannot
+            # change the result, so they skip the result builder
             self._base += len(delta)
             self._raw.append(delta)
-            return [self._calls.fragment(delta)] if plain == PLAIN_STREAMED else []
-        if fast == _FAST_TEXT and delta and self._spec.text_stop.search(delta) is None:
+            if j == PLAIN_STREAMED:
+                return [self._calls.fragment(delta)]
+            return self._streamed() if j == RUNNING else []
+        if fast == _FAST_TEXT and delta and self._text_stop(delta) is None:
             self._base += len(delta)
-            return self._builder.add([TextDelta(delta)])
+            text = TextDelta(delta)
+            self._unbuilt.append(text)
+            return [text]
         if self._finished or not delta:
             return []
         self._buf = self._buf[self._i :] + delta
@@ -144,21 +151,18 @@ class JsonCallParser:
             return _SLOW if self._lstrip else _FAST_TEXT
         return _IN_BLOCK if self._state is _State.BLOCK else _SLOW
 
-    def _feed_block(self, delta: str) -> list[Event]:
-        """`feed` while a block's JSON is being scanned and nothing is held back. Until the
-        scanner is done or fails, the only events are CallStart and ArgumentsDelta, which
-        cannot change the result: they skip the result builder."""
+    def _block_stopped(self, delta: str, j: int) -> list[Event]:
+        """The JSON of a block, fed `delta` with nothing held back, stopped at `j`."""
+        self._base += self._i
+        self._buf, self._i = delta, 0
+        self._scanned(j)
+        events = self._run()
+        self._fast = self._fast_mode()
+        return events
+
+    def _streamed(self) -> list[Event]:
+        """What the scanner has to stream after a delta: the call's start, a fragment."""
         scan, calls = self._scan, self._calls
-        j = scan.feed(delta)
-        if scan.stopped:  # the JSON ended in this delta (or failed): the machine takes over
-            self._base += self._i
-            self._buf, self._i = delta, 0
-            self._scanned(j)
-            events = self._run()
-            self._fast = self._fast_mode()
-            return events
-        self._base += len(delta)
-        self._raw.append(delta)
         if calls.open:
             return [calls.fragment(scan.take_output())] if scan.out else []
         self._stream_call()
@@ -177,6 +181,7 @@ class JsonCallParser:
         return self._flush()
 
     def result(self) -> ParseResult:
+        self._build()
         return self._builder.result()
 
     # ---- the loop ------------------------------------------------------------------------
@@ -195,7 +200,15 @@ class JsonCallParser:
             return []
         events = self._events[:]
         self._events.clear()
+        self._build()
         return self._builder.add(events)
+
+    def _build(self) -> None:
+        """Hand the result builder the text events the shortcut sent, in order: batched,
+        because one builder pass per delta measured ~100 ns."""
+        if self._unbuilt:
+            self._builder.add(self._unbuilt)
+            self._unbuilt = []
 
     def _abs(self, i: int) -> int:
         return self._base + i

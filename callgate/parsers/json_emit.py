@@ -38,7 +38,7 @@ def diagnostic(code: str, expected: str, got: str, span: tuple[int, int]) -> Dia
 class CallEmitter:
     """Appends the events of each call to a shared event list, in order."""
 
-    __slots__ = ("_call_id", "_call_ids", "_events", "_format", "_index", "_n_calls", "_names", "_sent")
+    __slots__ = ("_call_id", "_call_ids", "_events", "_format", "_index", "_n_calls", "_names", "_sent", "open")
 
     def __init__(self, format: str, names: frozenset[str] | None, call_ids: CallIdFactory, events: list[Event]) -> None:
         self._format = format
@@ -49,15 +49,13 @@ class CallEmitter:
         self._index: int | None = None  # the call started and not ended
         self._call_id = ""
         self._sent: list[str] = []
-
-    @property
-    def open(self) -> bool:
-        return self._index is not None
+        self.open = False  # a call is started and not ended (a plain field: read per delta)
 
     def start(self, name: str, native_id: str | None) -> None:
         self._index = self._n_calls
         self._n_calls += 1
         self._call_id = native_id or self._call_ids(self._index)
+        self.open = True
         self._sent = []
         self._events.append(CallStart(self._index, self._call_id, name))
 
@@ -78,6 +76,7 @@ class CallEmitter:
     def drop(self) -> None:
         """The open call's block turned out malformed: it gets no CallEnd."""
         self._index = None
+        self.open = False
         self._sent = []
 
     def end(self, shape: CallShape, raw: str, span: tuple[int, int]) -> None:

@@ -13,9 +13,9 @@ Does not know: any wire format's markers, tools, call ids or events.
         complete yet, the index just after the value when it is (`done`), or the index of
         the offending character (`error` holds (code, expected, got, offset)).
     scanner.finish() -> None      the text ended: completes a top-level number, or errs.
-    scanner.feed_plain(text) -> int
-        the streaming shortcut: consumes all of `text` when it lies inside the current
-        string and holds nothing to escape (same effect as `feed`), else nothing.
+    scanner.feed_delta(text) -> int
+        `feed(text)` for a streaming parser: says with a negative answer that the value
+        goes on after `text` (and whether `text` was all plain string body, read in one step).
 
 Cost is O(consumed): runs of plain string characters and whitespace are skipped with one
 regex match each, and nothing already consumed is looked at again.
@@ -42,8 +42,9 @@ _LITERALS = {"t": "true", "f": "false", "n": "null"}
 _VALUE, _OBJ_FIRST, _OBJ_KEY, _COLON, _OBJ_NEXT, _ARR_FIRST, _ARR_NEXT = range(7)
 _STRING, _ESCAPE, _UNICODE, _NUMBER_ST, _LITERAL, _DONE, _ERROR = range(7, 14)
 
-# what feed_plain did with a piece of string body
-NOT_PLAIN, PLAIN_KEPT, PLAIN_STREAMED = range(3)
+# feed_delta's answers when it consumed the whole delta and the value goes on: RUNNING, or
+# the whole delta was plain string body, streamed (part of the captured object) or not
+RUNNING, PLAIN_KEPT, PLAIN_STREAMED = -1, -2, -3
 
 
 def canonical_string(text: str) -> str:
@@ -151,11 +152,6 @@ class JsonScanner:
         return self._state == _ERROR
 
     @property
-    def stopped(self) -> bool:
-        """done or failed: `feed` consumes nothing more."""
-        return self._state >= _DONE
-
-    @property
     def started(self) -> bool:
         return self.value_start >= 0
 
@@ -174,21 +170,30 @@ class JsonScanner:
         self.offset += pos - start
         return pos
 
-    def feed_plain(self, text: str) -> int:
-        """Consume all of `text` in one step when the scanner is inside a string and `text`
-        has no quote, backslash or control character: PLAIN_STREAMED when the string is part
-        of the streamed arguments (the caller sends `text`, which is already canonical, as
-        the next fragment: it does not go into `out`), PLAIN_KEPT otherwise. NOT_PLAIN, with
-        nothing consumed, when the shortcut does not apply (use `feed`)."""
-        if self._state != _STRING or self._hi:
-            return NOT_PLAIN
-        # isprintable() excludes every control character; measured 2x faster than the regex
-        if not (text.isprintable() and '"' not in text and "\\" not in text) and _PLAIN_RUN.fullmatch(text) is None:
-            return NOT_PLAIN
-        self.offset += len(text)
-        if self._str_keep:
-            self._sb.append(text)
-        return PLAIN_STREAMED if self._str_stream else PLAIN_KEPT
+    def feed_delta(self, text: str) -> int:
+        """`feed(text)` for a streaming parser. Where the value stopped (done or failed) in
+        `text`, that index, as `feed` returns it. Else a negative answer: PLAIN_STREAMED or
+        PLAIN_KEPT when `text` lies wholly inside the current string and has no quote,
+        backslash or control character (read in one step; when the string is part of the
+        streamed arguments, STREAMED, the caller sends `text`, which is already canonical,
+        as the next fragment: it does not go into `out`); RUNNING otherwise."""
+        # isprintable() is false for every control character: measured 2x faster than the
+        # regex, which decides only for the rest (non-printable but legal characters)
+        if (
+            self._state == _STRING
+            and not self._hi
+            and ((text.isprintable() and '"' not in text and "\\" not in text) or _PLAIN_RUN.fullmatch(text))
+        ):
+            self.offset += len(text)
+            if self._str_keep:
+                self._sb.append(text)
+            return PLAIN_STREAMED if self._str_stream else PLAIN_KEPT
+        pos, end = 0, len(text)
+        self._feed_start = 0
+        while pos < end and self._state < _DONE:
+            pos = self._step(text, pos, end)
+        self.offset += pos
+        return RUNNING if self._state < _DONE else pos
 
     def finish(self) -> None:
         """The text ended. Completes a pending top-level number; any other open value errs."""
