@@ -318,6 +318,10 @@ class ChatService:
                 events = parser.feed(delta.text)
                 if events:
                     yield events
+            if turn.constraint is not None and turn.usage.completion - base[1] >= prompt.max_tokens:
+                # Budget closing (constraints/budget.py) ends a call it had to cut short with
+                # EOS at exactly max_tokens: the engine says "stop", but the output was cut.
+                rnd.finish_reason = "length"
             tail = parser.finish()
             rnd.result = parser.result()
             if tail:
@@ -496,7 +500,7 @@ class ChatService:
             created=turn.created,
             model=self.settings.model_name,
             message=message,
-            finish_reason="tool_calls" if calls else _finish(rnd.finish_reason),
+            finish_reason=_finish(rnd.finish_reason, bool(calls)),
             usage=turn.usage.dict(),
             callgate=turn.callgate_block(),
         )
@@ -514,7 +518,7 @@ class ChatService:
             out.append(sse.data_event(self._chunk(turn, {"tool_calls": [head]})))
             args = {"index": i, "function": {"arguments": call["function"]["arguments"]}}
             out.append(sse.data_event(self._chunk(turn, {"tool_calls": [args]})))
-        finish = "tool_calls" if calls else _finish(rnd.finish_reason)
+        finish = _finish(rnd.finish_reason, bool(calls))
         out.append(sse.data_event(self._chunk(turn, {}, finish_reason=finish, callgate=turn.callgate_block())))
         if turn.req.include_usage:
             out.append(sse.data_event(self._chunk(turn, None, usage=turn.usage.dict())))
@@ -559,5 +563,8 @@ def _raw_output(result: ParseResult) -> dict[str, Any]:
     return {"content": result.content, "reasoning": result.reasoning, "calls": [c.raw for c in result.candidates]}
 
 
-def _finish(reason: str) -> str:
-    return reason if reason in ("stop", "length") else "stop"
+def _finish(reason: str, calls: bool) -> str:
+    """OpenAI's finish_reason: "length" whenever the output was cut (calls or not)."""
+    if reason == "length":
+        return reason
+    return "tool_calls" if calls else "stop"
