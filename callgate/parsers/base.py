@@ -100,6 +100,14 @@ class ResultBuilder:
                 pass
         return events
 
+    def text(self, text: str) -> None:
+        """`add([TextDelta(text)])` without building the event (for a parser's hot path)."""
+        self._content.append(text)
+
+    def reasoning(self, text: str) -> None:
+        """`add([ReasoningDelta(text)])` without building the event."""
+        self._reasoning.append(text)
+
     def result(self) -> ParseResult:
         content = "".join(self._content)
         reasoning = "".join(self._reasoning)

@@ -47,6 +47,9 @@ class _S(IntEnum):  # IntEnum: hashed in C, and states are dictionary keys on th
 
 
 _TEXT_STATES = frozenset((_S.VALUE, _S.NAME, _S.KEY))
+# An enum member is looked up through its class (~45 ns here against ~15 ns for a module
+# name): `quick` and `waits_for`, on the per-delta path, compare against these.
+_VALUE, _NAME, _KEY, _NAME_END, _OPEN = _S.VALUE, _S.NAME, _S.KEY, _S.NAME_END, _S.OPEN
 _NAME_STOP = re.compile('["\n<>]')  # a name or key ends at '"'; the others are errors
 _TO_ESCAPE = re.compile(r'[\x00-\x1f"\\]')  # what JSON escapes in a string (ensure_ascii off)
 # error code when the text matches none of a state's literals (states with a fixed code)
@@ -109,8 +112,10 @@ def _syntax(fmt: ToolCallFormat) -> _Syntax:
         return known
     literals = _literal_table(fmt)
     pending = {state: _proper_prefixes([lit for lit, _ in alts] + [fmt.eos]) for state, alts in literals.items()}
-    values = MarkerSet((fmt.markers["param_close"], fmt.eos))
-    value_stop = re.compile(f"{values.starts.pattern}|{_TO_ESCAPE.pattern}")
+    ends = (fmt.markers["param_close"], fmt.eos)
+    values = MarkerSet(ends)
+    # one character class: measured faster than an alternation of two
+    value_stop = re.compile("[" + "".join(sorted({re.escape(m[0]) for m in ends})) + _TO_ESCAPE.pattern[1:])
     known = _Syntax(fmt, values, value_stop, literals, pending)
     _SYNTAX[fmt.name] = known
     return known
@@ -164,7 +169,7 @@ class BlockReader:
         self._key = ""
         self._args: dict[str, Any] = {}
         self._is_str = True
-        self._value: list[str] = []
+        self._value_from = 0  # _raw[_value_from:] is the text of the value being read
         self._value_start = 0
         self._literals = syntax.literals
         self._actions: dict[str, Callable[[int], list[Event]]] = {
@@ -176,12 +181,22 @@ class BlockReader:
         }
 
     def waits_for(self, buf: Buffer) -> str:
-        """What the reader needs before it can decide anything when it stands inside tag
-        text (not in a value, name or key, or holding back the start of a marker): the
-        character that ends the tag, or the line after an invoke name. "" otherwise."""
-        if not len(buf) and self._state in _TEXT_STATES:
-            return ""
-        return "\n" if self._state is _S.NAME_END else ">"
+        """What the reader needs before reading on is worth it when it stands inside tag
+        text (not in a value, name or key, or holding back the start of a marker): ">" for
+        the end of the tag, ">>" for the end of the tag after it, "\n" for the line after
+        an invoke name (then the call starts). "" otherwise.
+
+        ">>" where the first tag yields nothing that must stream at once: the block name,
+        and a parameter's closing tag (its value ends with the next tag)."""
+        state = self._state
+        if not len(buf):
+            if state in _TEXT_STATES:
+                return ""
+        elif state is _VALUE:
+            return ">>"
+        if state is _NAME_END:
+            return "\n"
+        return ">>" if state is _OPEN else ">"
 
     @property
     def closed(self) -> bool:
@@ -192,6 +207,8 @@ class BlockReader:
         while True:
             state, pos = self._state, buf.pos
             if state is _S.VALUE:
+                if not final and not len(buf):
+                    return events  # a value starts: `quick` reads the next delta
                 events += self._read_value(buf, final)
             elif state is _S.NAME or state is _S.KEY:
                 events += self._read_name(buf, final)
@@ -287,47 +304,48 @@ class BlockReader:
 
         Only for a reader outside tag text with nothing held back (`waits_for` is ""):
         value or name text that cannot end it is taken whole; value text followed by the
-        start of a marker is taken and the start held back (then `tag_started` is set).
+        start of a marker is taken and the start held back (then `tag_started` is set: wait for ">>").
         None: `run` must read it (nothing was done)."""
         state = self._state
-        if state is _S.VALUE:
+        if state is _VALUE:
             stop = self._value_stop.search(delta)
-            if stop is None or "<" not in delta:  # nothing that can end the value
+            if stop is None:  # the common case first: nothing that can end the value or needs escaping
                 buf.skip(len(delta))
-                return self._value_text(delta, stop is not None)
+                self._raw.append(delta)
+                return [ArgumentsDelta(self._index, delta)] if self._is_str else []
+            if "<" not in delta:
+                buf.skip(len(delta))
+                return self._value_text(delta)
             at = delta.index("<")
             if not self._values.waits(delta[at:]):
                 return None
             buf.skip(at)
             buf.append(delta[at:])
             self.tag_started = True
-            return self._value_text(delta[:at], _TO_ESCAPE.search(delta, 0, at) is not None) if at else []
-        if (state is _S.NAME or state is _S.KEY) and _NAME_STOP.search(delta) is None:
+            return self._value_text(delta[:at]) if at else []
+        if (state is _NAME or state is _KEY) and _NAME_STOP.search(delta) is None:
             buf.skip(len(delta))
             self._raw.append(delta)
             self._chars.append(delta)
             return []
         return None
 
-    def _value_text(self, text: str, escape: bool) -> list[Event]:
+    def _value_text(self, text: str) -> list[Event]:
         self._raw.append(text)
-        self._value.append(text)
-        if not self._is_str:
-            return []
-        return [ArgumentsDelta(self._index, _escaped(text) if escape else text)]
+        return [ArgumentsDelta(self._index, _escaped(text))] if self._is_str else []
 
     def _read_value(self, buf: Buffer, final: bool) -> list[Event]:
         at = buf.offset
         text, marker = self._values.scan(buf, final=final)
         self._raw.append(text)
-        self._value.append(text)
         events: list[Event] = []
         if self._is_str and text:
             events.append(ArgumentsDelta(self._index, _escaped(text)))
         close = self._m["param_close"]
         if marker == close:
+            events += self._end_value()
             self._raw.append(close)
-            return events + self._end_value()
+            return events
         if marker is not None:
             eos_at = at + len(text)
             return events + self._fail("missing_parameter_close", [close], "the end of turn", eos_at, len(marker))
@@ -359,14 +377,14 @@ class BlockReader:
 
     def _start_value(self, *, is_str: bool) -> list[Event]:
         sep = ", " if self._args else "{"
-        self._is_str, self._value = is_str, []
+        self._is_str, self._value_from = is_str, len(self._raw)
         self._args[self._key] = None  # reserved: a repeated name is an error
         self._state = _S.VALUE
         prefix = sep + json.dumps(self._key, ensure_ascii=False) + ": " + ('"' if is_str else "")
         return [ArgumentsDelta(self._index, prefix)]
 
     def _end_value(self) -> list[Event]:
-        text = "".join(self._value)
+        text = "".join(self._raw[self._value_from :])
         self._state = _S.AFTER_PARAM
         if self._is_str:
             self._args[self._key] = text

@@ -36,6 +36,13 @@ class Buffer:
         """Count `n` characters handled outside the buffer (only when nothing is unconsumed)."""
         self._base += n  # the text is all consumed: offset = _base + pos moves by n
 
+    def skip_all(self, delta: str) -> bool:
+        """`skip(len(delta))` when nothing is unconsumed (True); else nothing (False)."""
+        if self.pos != len(self._text):
+            return False
+        self._base += len(delta)
+        return True
+
     @property
     def offset(self) -> int:
         return self._base + self.pos
