@@ -164,20 +164,19 @@ def test_read_url_bound_covers_its_lines() -> None:
 
 
 @pytest.mark.parametrize(
-    ("task", "labels", "steps"),
+    ("labels", "budget"),
     [
-        ("action", DEFAULT_LABELS, 1),  # s / a
-        ("authority", DEFAULT_LABELS, 1),  # l / m / h
-        ("domain", DEFAULT_LABELS, 2),  # science / sports / shopping, technology / travel, ...
-        ("domain", {"domain": ("news", "newsroom")}, 5),  # "news" is decided by EOS
-        ("domain", {"domain": ("écoles", "économie")}, 10),  # non-ASCII: the whole spelling + EOS
+        (DEFAULT_LABELS, len("entertainment") + 1),  # + EOS
+        ({"domain": ("news", "newsroom")}, 9),
+        ({"domain": ("écoles", "économie")}, len("économie".encode()) + 1),  # bytes, not characters
     ],
 )
-def test_decision_bound(task: str, labels: Mapping[str, tuple[str, ...]], steps: int) -> None:
-    assert head_choice(task, labels).steps() == steps
+def test_budget_covers_the_longest_spelling_in_bytes(labels: Mapping[str, tuple[str, ...]], budget: int) -> None:
+    assert head_choice("domain", labels).budget() == budget
 
 
 def test_decided_only_when_one_spelling_is_left() -> None:
+    assert head_choice("action", DEFAULT_LABELS).decided("A") == ("Answer", "answer")
     choice = head_choice("domain", DEFAULT_LABELS)
     assert choice.decided("") is None and choice.decided("s") is None and choice.decided("S") is None
     assert choice.decided("Sc") == ("Science", "science")
@@ -204,7 +203,7 @@ def test_a_decision_is_the_spelling_greedy_decoding_finishes_within_the_bound(wo
             break
     else:
         n, said = len(tokens) + 1, choice.decided(spelling, eos=True)  # EOS is one more token
-    assert said == (spelling, label) and n <= choice.steps()
+    assert said == (spelling, label) and n <= choice.budget()
 
 
 @pytest.mark.parametrize(
@@ -283,7 +282,6 @@ async def test_a_label_decided_before_its_bound_stops_the_generation() -> None:
     labels = {"domain": ("science", "sports", "law")}  # "sc" / "sp" need two tokens, "l" one
     result = await QuickService(engine, "hermes").run(Conversation(tuple(CHAT)), ["domain"], labels=labels)
     run = result.runs[0]
-    assert engine.requests[0].sampling.max_tokens == 2
     assert (run.output, run.text, run.completion_tokens, run.finish_reason) == ("law", "law", 1, "stop")
     assert engine.aborted == [engine.requests[0].request_id]
 
@@ -306,13 +304,12 @@ async def test_heads_are_greedy_constrained_where_categorical_and_bounded() -> N
         task = name.split("-")[0]
         assert req.sampling.temperature == 0.0
         if task == "read_url":
-            assert req.sampling.max_tokens == 2 and req.constraint is not None
+            assert req.sampling.max_tokens == len(" yes") + 1 and req.constraint is not None
             assert req.constraint.regex == " (?:yes|no)"
             continue
         regex = head_regex(task, DEFAULT_LABELS, urls)
         assert (req.constraint.regex if req.constraint else None) == regex
-        steps = head_choice(task, DEFAULT_LABELS).steps() if HEADS[task].output == "choice" else None
-        assert req.sampling.max_tokens == (steps or head_max_tokens(task, urls))
+        assert req.sampling.max_tokens == head_max_tokens(task, urls)  # the full decode's request
 
 
 async def test_read_url_asks_each_url_after_its_forced_line_start() -> None:

@@ -17,15 +17,19 @@ Each head reports `cached_tokens / prompt_tokens` as its prefix-cache hit rate.
 Deciding early (constrained heads, `QuickConfig.decide_early`): a categorical head's answer
 is fixed as soon as the text written so far is a prefix of one admitted label spelling
 only; from there the grammar forces the rest, so greedy decoding would write exactly that
-spelling. The head asks for at most as many tokens as the longest such deciding prefix has
-bytes (1 when the labels' first letters differ; a label that is a prefix of another waits
-for EOS), stops reading once decided, and completes the label itself: the same answer as
-the full greedy constrained decode, in one or two decode steps instead of up to eight.
+spelling. The head sends the very request the full decode sends, stops reading once the
+answer is decided (closing the stream aborts it in the engine) and completes the label
+itself: the same answer as the full greedy constrained decode, read after one token when
+the labels' first letters differ, two for the default domains. It does not ask for fewer
+tokens: the constraint processor's budget closing narrows a row's mask to what still fits
+in its max_tokens, so max_tokens=1 would change which label greedy decoding picks (measured:
+"News" instead of "Law"); the engine therefore runs a step or two more until the abort lands.
 `read_url` decides each URL in its own request, concurrently: the head prompt plus the
 forced line start "URL:" (as the answer's first line would begin), then " yes" or " no"
 under a grammar, decided the same way. Each URL's answer is therefore conditioned on the
 conversation and that URL alone, not on the answers written for the URLs before it (the
-full decode, used with `decide_early=False` or unconstrained, writes all lines in one go).
+full decode, used with `decide_early=False` or unconstrained, writes all lines in one go,
+one step per token of every URL).
 
 Text heads are length-bounded: `title` at 16 tokens (the instruction asks for at most eight
 words, ~1.3 tokens a word in English plus quotes; it stops at the line's end), `query` at 32
@@ -226,7 +230,8 @@ class Choice:
 
     `decided(text)` is the spelling greedy constrained decoding is bound to finish once it has
     written `text`: the only spelling `text` is a prefix of (None while several remain).
-    `steps()` bounds the tokens needed to get there (every token writes at least one byte)."""
+    `budget()` is a max_tokens under which the processor's budget closing never narrows any
+    spelling's path (every token writes at least one byte), so it cannot change the answer."""
 
     spellings: tuple[tuple[str, str], ...]  # (text as written, label)
 
@@ -236,17 +241,8 @@ class Choice:
         fits = [s for s in self.spellings if s[0].startswith(text)]
         return fits[0] if text and len(fits) == 1 else None
 
-    def steps(self) -> int:
-        if not all(s.isascii() for s, _ in self.spellings):  # detokenizers hold partial characters back
-            return max(len(s.encode()) for s, _ in self.spellings) + 1
-        return max(self._deciding_bytes(s.encode()) for s, _ in self.spellings)
-
-    def _deciding_bytes(self, spelling: bytes) -> int:
-        others = [o.encode() for o, _ in self.spellings if o.encode() != spelling]
-        for k in range(1, len(spelling) + 1):
-            if not any(o.startswith(spelling[:k]) for o in others):
-                return k
-        return len(spelling) + 1  # a prefix of another spelling: decided by EOS
+    def budget(self) -> int:
+        return max(len(s.encode()) for s, _ in self.spellings) + 1  # + EOS
 
 
 def head_choice(task: str, labels: Mapping[str, tuple[str, ...]]) -> Choice:
@@ -415,8 +411,7 @@ class QuickService:
         choice = head_choice(task, label_sets) if early and spec.output == "choice" else None
         regex = head_regex(task, label_sets, urls)
         constraint = await self._constraint(regex) if regex is not None else None
-        max_tokens = choice.steps() if choice is not None else head_max_tokens(task, urls)
-        sampling = SamplingParams(max_tokens, 0.0, 1.0, None, spec.stop)
+        sampling = SamplingParams(head_max_tokens(task, urls), 0.0, 1.0, None, spec.stop)
         last = await _generate(
             self.engine, GenerationRequest(request_id, prompt.text, sampling, constraint, prompt.spans), choice
         )
@@ -428,7 +423,7 @@ class QuickService:
         """read_url decided per URL, concurrently: the head prompt, the forced "URL:", then
         " yes" or " no" (module docstring). The URL is content: special-token text stays text."""
         constraint = await self._constraint(" (?:yes|no)")
-        sampling = SamplingParams(URL_CHOICE.steps(), 0.0)
+        sampling = SamplingParams(URL_CHOICE.budget(), 0.0)
         n = len(prompt.text)
         reqs = [
             GenerationRequest(
