@@ -1,0 +1,164 @@
+"""The parse-error benchmark's pure helpers: BFCL schema conversion, the cases' named choice,
+the metrics of a configuration (finishes, parse errors over all outputs), the targets, the
+combined report, the engine step-log reader, and the vLLM structural tag it sends.
+
+Does not know: the engine or the model (benchmarks/bench_parse_errors.py runs them).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _load() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("bench_parse_errors", ROOT / "benchmarks" / "bench_parse_errors.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses resolve annotations through sys.modules
+    spec.loader.exec_module(module)
+    return module
+
+
+bench = _load()
+
+ROW: dict[str, Any] = {
+    "id": "parallel_7",
+    "question": [[{"role": "user", "content": "Find the area of circles of radius 3 and 5."}]],
+    "function": [
+        {
+            "name": "geometry.area_circle",
+            "description": "Area of a circle.",
+            "parameters": {
+                "type": "dict",
+                "properties": {
+                    "radius": {"type": "float", "description": "radius"},
+                    "units": {"type": "string", "optional": True},
+                    "tags": {"type": "tuple", "items": {"type": "any"}},
+                },
+                "required": ["radius", "ghost"],
+            },
+        },
+        {"name": "other", "parameters": {"type": "dict", "properties": {}}},
+    ],
+}
+TRUTH = [{"geometry.area_circle": {"radius": [3.0]}}, {"geometry.area_circle": {"radius": [5.0]}}]
+
+
+def test_convert_maps_bfcl_types_and_keeps_the_rest() -> None:
+    schema = bench.convert(ROW["function"][0]["parameters"])
+    assert schema == {
+        "type": "object",
+        "properties": {
+            "radius": {"type": "number", "description": "radius"},
+            "units": {"type": "string"},
+            "tags": {"type": "array", "items": {}},
+        },
+        "required": ["radius"],
+    }
+
+
+def test_case_names_bfcl_first_expected_function_in_legal_spelling() -> None:
+    case = bench.make_case(ROW, TRUTH)
+    assert case.named == "geometry_area_circle"
+    assert case.expected == frozenset({"geometry_area_circle"})
+    assert [t["function"]["name"] for t in case.tools] == ["geometry_area_circle", "other"]
+    assert bench.tool_choice("named", case) == {"type": "function", "function": {"name": "geometry_area_circle"}}
+    assert bench.tool_choice("required", case) == "required"
+
+
+def test_case_without_ground_truth_names_its_first_tool() -> None:
+    assert bench.make_case(ROW, []).named == "geometry_area_circle"
+
+
+def _outcome(finish: str | None, tokens: int, diagnostics: tuple[str, ...] = (), calls: int = 1) -> Any:
+    return bench.Outcome("c", finish, diagnostics, calls, calls, calls > 0, tokens)
+
+
+def test_summary_counts_cut_outputs_as_parse_errors_and_splits_budget_finishes() -> None:
+    res = bench.ConfigResult("hermes", "callgate", "required", max_tokens=10)
+    res.outcomes = [
+        _outcome("stop", 6),  # natural
+        _outcome("stop", 10),  # EOS as the last allowed token: closed by the budget
+        _outcome("length", 10, ("unterminated_block",), calls=0),  # cut
+        bench.Outcome("r", None, (), 0, 0, False, 0, refused="too complex"),
+    ]
+    res.decode_wall_s = 2.0
+    s = bench.summarise(res)
+    assert (s["ran"], s["refused"], s["natural"], s["closed_at_budget"], s["cut_at_budget"]) == (3, 1, 1, 1, 1)
+    assert s["parse_error_rate"] == round(1 / 3, 4)
+    assert s["parse_error_rate_eos"] == 0.0
+    assert s["call_rate"] == round(2 / 3, 4)
+    assert s["tok_per_s"] == 13.0
+    assert s["diagnostic_codes"] == {"unterminated_block": 1}
+    assert s["first_refusal"] == "too complex"
+    assert s["mask_us_p50"] is None and s["compile_ms_p50"] is None
+
+
+def test_targets_need_zero_errors_full_validity_and_speed() -> None:
+    base: dict[str, Any] = {
+        "format": "hermes",
+        "ran": 5,
+        "parse_error_rate": 0.0,
+        "schema_valid_rate": 1.0,
+        "mask_us_p50": 20.0,
+    }
+    rows = [
+        {**base, "system": "callgate", "mode": "unconstrained", "tok_per_s": 100.0, "mask_us_p50": None},
+        {**base, "system": "callgate", "mode": "required", "tok_per_s": 95.0},
+        {**base, "system": "callgate", "mode": "named", "tok_per_s": 80.0, "parse_error_rate": 0.2},
+        {**base, "system": "vllm", "mode": "required", "tok_per_s": 10.0, "parse_error_rate": 1.0},
+    ]
+    t = bench.targets(rows)
+    assert t["hermes_required_zero_parse_errors"] and t["hermes_required_tok_s_ge_90pct"]
+    assert t["hermes_required_mask_p50_le_50us"]
+    assert not t["hermes_named_zero_parse_errors"] and not t["hermes_named_tok_s_ge_90pct"]
+    assert not any(k.startswith("hermes_unconstrained") for k in t)
+
+
+def test_chart_from_combines_the_last_json_line_of_each_run(tmp_path: Path) -> None:
+    paths = []
+    for fmt in ("hermes", "qwen3-xml"):
+        row: dict[str, Any] = {"format": fmt, "system": "callgate", "mode": "required", "ran": 1, "tok_per_s": 1.0}
+        row |= {"parse_error_rate": 0.0, "schema_valid_rate": 1.0, "mask_us_p50": None}
+        doc = {"env": {"cases": 1}, "wall_s": 3.0, "results": [row]}
+        path = tmp_path / f"{fmt}.out"
+        path.write_text("table\n{not the last}\n" + json.dumps(doc) + "\n")
+        paths.append(str(path))
+    combined = bench.combine(bench.load_docs(",".join(paths)))
+    assert [r["format"] for r in combined["results"]] == ["hermes", "qwen3-xml"]
+    assert combined["targets_met"]["qwen3-xml_required_zero_parse_errors"]
+
+
+def test_engine_mask_log_reads_per_token_times_since_a_mark(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from callgate.constraints.step_log import ENV_VAR
+
+    monkeypatch.setenv(ENV_VAR, "")
+    path = tmp_path / "steps.log"
+    log = bench.EngineMaskLog(path)
+    assert bench.os.environ[ENV_VAR] == str(path)
+    path.write_text("4000 2 0\n9000 0 0\n")
+    mark = log.mark()
+    with path.open("a") as f:
+        f.write("30000 3 1000\n50000 1 0\n7")  # a torn last line is skipped
+    assert mark == 1
+    assert log.token_us(mark) == [10.0, 50.0]
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # vLLM's OpenAI entrypoints import torch.jit
+def test_vllm_tag_for_a_named_hermes_call_pins_that_function() -> None:
+    pytest.importorskip("vllm")
+    case = bench.make_case(ROW, TRUTH)
+    tag = json.loads(bench.vllm_structural_tag("hermes", "named", case))
+    text = json.dumps(tag)
+    assert tag["type"] == "structural_tag"
+    assert '"name\\": \\"geometry_area_circle' in text
+    assert '\\"other' not in text
