@@ -30,7 +30,7 @@ UNREACHABLE = 1 << 30
 class ShortestText:
     """S(state): a shortest byte string from `state` to a final state, memoised."""
 
-    def __init__(self, byte_tokens: Mapping[int, int], max_states: int, capacity: int = 1 << 18) -> None:
+    def __init__(self, byte_tokens: Mapping[int, int], max_states: int, capacity: int = 1 << 16) -> None:
         self.byte_tokens = sorted(byte_tokens.items())  # (byte, token id)
         self.token_of = dict(byte_tokens)
         self.max_states, self.capacity = max_states, capacity
@@ -102,7 +102,7 @@ class TokenDistances:
     """D(state) per (grammar key, state): S(state) spelled greedily with the longest allowed tokens."""
 
     def __init__(
-        self, by_bytes: Mapping[bytes, Sequence[int]], *, max_states: int = 20_000, capacity: int = 1 << 20
+        self, by_bytes: Mapping[bytes, Sequence[int]], *, max_states: int = 5_000, capacity: int = 1 << 20
     ) -> None:
         self.by_bytes = by_bytes
         self.longest = max((len(b) for b in by_bytes), default=1)

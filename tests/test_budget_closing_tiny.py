@@ -1,0 +1,94 @@
+"""Budget closing on the tiny test vocabulary of test_processor (fast, no tokenizer).
+
+Exact masks for each regime of budget.py (slack above, at and below zero), the bit packing
+against the kernels' reference layout, and the distances against a brute-force count.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from dataclasses import dataclass
+
+import pytest
+import torch
+
+from callgate.constraints.budget import pack_bits
+from callgate.constraints.distance import TokenDistances
+from callgate.kernels.reference import allowed_matrix
+from tests.test_processor import EOS, PIECES, TABLE, TEXT, VOCAB, Params, TinyBatch, Update, constrained, new_batch
+
+
+@dataclass
+class BudgetParams(Params):
+    max_tokens: int | None = None
+
+
+def allowed_after(regex: str, output: list[int], max_tokens: int | None) -> set[int]:
+    """The tokens allowed next; max_tokens - len(output) tokens are left, this one included."""
+    batch = TinyBatch(None, "cpu", False)
+    params = BudgetParams(constrained(regex).extra_args, max_tokens)
+    batch.update_state(Update(1, added=[(0, params, None, list(output))]))
+    logits = batch.apply(torch.zeros(1, VOCAB))
+    return set(torch.isfinite(logits[0]).nonzero().flatten().tolist())
+
+
+A, B, C, AB = PIECES[b"a"][0], PIECES[b"b"][0], PIECES[b"c"][0], PIECES[b"ab"][0]
+
+
+def test_far_from_the_budget_the_grammar_decides() -> None:
+    assert allowed_after("a(?:bbbbbb)?c", [A], None) == {B, C}
+    assert allowed_after("a(?:bbbbbb)?c", [A], 100) == {B, C}
+
+
+def test_a_token_that_opens_more_than_the_budget_can_close_is_masked() -> None:
+    # after "a": "c" then EOS needs 2; "b" needs 5 more b's, "c" and EOS: 8
+    assert allowed_after("a(?:bbbbbb)?c", [A], 1 + 8) == {B, C}
+    assert allowed_after("a(?:bbbbbb)?c", [A], 1 + 7) == {C}
+
+
+def test_with_no_slack_the_shortest_completion_is_followed() -> None:
+    assert allowed_after("a+b", [], 2) == {AB}  # "ab" then EOS: the only way in 2
+    assert allowed_after("a+b", [A], 1 + 2) == {B, AB}  # then EOS, exactly at max_tokens
+    assert allowed_after("a+b", [A, B], 2 + 1) == {EOS}
+    assert allowed_after("a+b", [A], 1 + 3) == {A, B, AB}  # slack: the model chooses
+
+
+def test_below_the_shortest_output_the_grammars_mask_stands() -> None:
+    assert allowed_after("ab(?:c)c", [], 1) == allowed_after("ab(?:c)c", [], None) == {A, AB}
+
+
+def test_a_model_that_never_stops_ends_at_exactly_max_tokens() -> None:
+    for max_tokens in range(3, 12):
+        batch = TinyBatch(None, "cpu", False)
+        out: list[int] = []
+        batch.update_state(Update(1, added=[(0, BudgetParams(constrained("ca+b").extra_args, max_tokens), None, out)]))
+        while len(out) < max_tokens and EOS not in out:
+            logits = torch.zeros(1, VOCAB)
+            logits[0, A] = 10.0  # always another "a" if it may
+            out.append(int(batch.apply(logits)[0].argmax()))
+        assert len(out) == max_tokens and out[-1] == EOS
+        assert re.fullmatch("ca+b", b"".join(TEXT[i] for i in out[:-1]).decode())
+
+
+@pytest.mark.parametrize("regex", ["a+b", "ca+b", "a(?:bbbbbb)?c", "<call>\\{x+\\}", "(?:ab|c)+x"])
+def test_distances_match_a_brute_force_count(regex: str) -> None:
+    index = new_batch()._new_row(constrained(regex), []).index  # type: ignore[union-attr]
+    distances = TokenDistances(TABLE.by_bytes)
+    pieces = [i for ids in PIECES.values() for i in ids]
+    state = index.get_initial_state()
+    fewest = next(
+        n
+        for n in range(1, 8)
+        if any(
+            re.fullmatch(regex, b"".join(TEXT[t] for t in seq).decode()) for seq in itertools.product(pieces, repeat=n)
+        )
+    )
+    assert distances.get("k", index, state) == fewest
+
+
+def test_bits_are_packed_as_the_kernels_read_them() -> None:
+    ids = [0, 1, 31, 32, 63, 64, 95]
+    words = pack_bits(ids, 4).unsqueeze(0)
+    assert words.dtype == torch.int32
+    assert allowed_matrix(words, 128)[0].nonzero().flatten().tolist() == ids
