@@ -76,10 +76,13 @@ def successors(index: Any, state: int, eos_token_id: int) -> dict[int, list[int]
 def state_plan(
     edges: Mapping[int, list[int]], final: bool, eos_token_id: int, n_words: int, distance: Callable[[int], int]
 ) -> StatePlan:
-    """The plan of a state from its successors and their distances."""
+    """The plan of a state from its successors and their distances. Raises LookupError
+    for a dead state (outlines-core prunes them; never seen)."""
     by_need: dict[int, list[int]] = {1: [eos_token_id]} if final else {}
     for n, tokens in edges.items():
         by_need.setdefault(min(distance(n), UNREACHABLE) + 2, []).extend(tokens)
+    if not by_need:
+        raise LookupError("a state with no allowed token")
     needs = tuple(sorted(by_need))
     single = torch.stack([pack_bits(by_need[k], n_words) for k in needs])
     prefix = single.clone()
@@ -91,9 +94,8 @@ def state_plan(
 def choose(plan: StatePlan, remaining: int) -> torch.Tensor | None:
     """The bitmask row for `remaining` tokens left, None when the grammar's own mask stands
     (nothing to restrict, or nothing can close in time)."""
-    if plan.distance + 1 == remaining:
-        k = bisect.bisect_left(plan.needs, remaining)
-        return plan.single[k] if k < len(plan.needs) and plan.needs[k] == remaining else None
+    if plan.distance + 1 == remaining:  # no slack: needs[0] == remaining
+        return plan.single[0]
     j = bisect.bisect_right(plan.needs, remaining)
     if j == len(plan.needs) or j == 0:
         return None

@@ -136,7 +136,7 @@ class TokenDistances:
                     states.append(n)
                     break
             else:
-                raise AssertionError(f"the shortest completion is not spelled by the Index at byte {pos}")
+                raise LookupError(f"the shortest completion is not spelled by the Index at byte {pos}")
         return states
 
     def _first_allowed(self, index: Any, state: int, piece: bytes) -> int | None:
