@@ -12,7 +12,10 @@ its position; a state consumes what it can decide and, when the rest may be the 
 of a marker, keeps it (at most the longest marker) for the next delta, so `feed` costs
 O(len(delta)) amortised and never re-scans. parse(text) == feed(text) + finish().
 A delta that arrives with nothing held and holds no character that can start one of
-the current state's markers skips the machine (text, reasoning and value fragments).
+the current state's markers skips the machine (text, reasoning and value fragments; value
+text followed by the start of its end marker too). Inside tag text the machine can only
+hold text back until the tag ends, so deltas are collected unread until the character
+that can end it arrives (at most _MAX_WAIT_CHARS), then read at once (`_wait_in_tag`).
 Markers and scanners come from qwen3_xml_syntax; typed values from qwen3_xml_values.
 
 Decisions where the golden rules leave room, all documented here:
@@ -58,6 +61,7 @@ from callgate.types import (
 _NAME = re.compile(r"[^\s<>=\"'/]*")
 _MAX_NAME_CHARS = 256  # keeps the hold-back of a tag name bounded
 _MAX_SHOWN_CHARS = 20
+_MAX_WAIT_CHARS = 128  # at most this much text is held unread inside a tag
 
 
 def make_parser(fmt: ToolCallFormat, tools: Tools, *, thinking: bool, call_ids: CallIdFactory) -> Qwen3XmlParser:
@@ -91,26 +95,55 @@ class Qwen3XmlParser:
         self._index = 0
         self._stray_start = 0
         self._call = Call(0)
-        # state -> (finds a character that may start one of its markers, what the state
-        # does with a delta that holds none)
-        self._fast: dict[State, tuple[re.Pattern[str], Callable[[str], list[Event]]]] = {
-            self._content: (syntax.content.starts, self._plain_content),
-            self._reasoning: (syntax.reasoning.starts, self._plain_reasoning),
-            self._value: (syntax.plain_value, self._plain_value_text),
+        # state -> what it does with a delta when nothing is held, without the machine;
+        # None: the machine must read it
+        self._fast: dict[State, Callable[[str], list[Event] | None]] = {
+            self._content: self._quick_content,
+            self._reasoning: self._quick_reasoning,
+            self._value: self._quick_value,
         }
+        # tag states -> what they wait for before reading on (see `_wait_in_tag`)
+        self._tag_waits: dict[State, str] = {
+            self._name: ">",
+            self._body: ">",
+            self._between: ">>",  # "<tool_call>" yields nothing: wait for the function name
+            self._recover: ">",
+            self._stray: ">",
+        }
+        self._waiting: list[str] | None = None  # deltas held unread until the awaited characters
+        self._waiting_chars = 0
+        self._wait_char, self._wait_left = ">", 1
+        # the current state's fast path while nothing is held or awaited (else None): set
+        # where the state, the held text or the wait change (`_read`, `_hold`, `finish`)
+        self._quick = self._fast.get(self._state)
 
     # ---- driving -------------------------------------------------------------------------
 
     def feed(self, delta: str) -> list[Event]:
+        quick = self._quick
+        if quick is not None and delta:  # token-sized deltas in the middle of text or a value
+            events = quick(delta)
+            if events is not None:
+                return events
+            return self._read(delta)
         if self._done or not delta:
             return []
-        if not self._held:
-            # Fast path for token-sized deltas in the middle of text or a value: no character
-            # that can start a marker, so the whole delta goes where the state puts its text.
-            fast = self._fast.get(self._state)
-            if fast is not None and fast[0].search(delta) is None:
-                self._base += len(delta)
-                return fast[1](delta)
+        waiting = self._waiting
+        if waiting is not None:  # inside a tag: nothing to decide before the awaited characters
+            waiting.append(delta)
+            self._waiting_chars += len(delta)
+            char = self._wait_char
+            if char not in delta or (left := self._wait_left - delta.count(char)) > 0:
+                if char in delta:
+                    self._wait_left = left
+                if self._waiting_chars < _MAX_WAIT_CHARS:
+                    return []
+            self._waiting = None
+            return self._read("".join(waiting))
+        return self._read(delta)
+
+    def _read(self, delta: str) -> list[Event]:
+        """Run the machine on the held text and `delta`; wait where it stops inside a tag."""
         out: list[Event] = []
         self._out = out
         buf = self._held + delta if self._held else delta
@@ -122,17 +155,46 @@ class Qwen3XmlParser:
                 break
         self._held = buf[pos:]
         self._base += pos
+        self._wait_in_tag()
+        self._quick = None if self._held or self._waiting is not None else self._fast.get(self._state)
         return self._builder.add(out) if out else out
+
+    def _wait_in_tag(self) -> None:
+        """Where the machine stopped inside tag text, hold the next deltas unread until the
+        character that can end the tag comes (">", or the "\n" before a value), or for
+        ">>" the end of the next tag too: after a value's closing tag (the value ends with
+        the next tag). Reading later changes nothing but when the tag's events come out:
+        the machine gives the same events for any split."""
+        state = self._state
+        chars = self._tag_waits.get(state)
+        if chars is None:
+            if state == self._value:
+                chars = ">>" if "<" in self._held else ""
+            elif state == self._literal:
+                chars = "\n" if self._call.literal == self._sx.sep else ">"
+            elif state == self._content or state == self._reasoning:
+                # more than "<" held: the start of a tag, not a "<" in the text
+                chars = ">" if len(self._held) > 1 else ""
+            else:
+                return
+        if chars:
+            self._waiting, self._waiting_chars = [], 0
+            self._wait_char, self._wait_left = chars[0], len(chars)
 
     def finish(self) -> list[Event]:
         if self._done:
             return []
+        events: list[Event] = []
+        if self._waiting is not None:
+            events = self._read("".join(self._waiting))
+            self._waiting = None
         self._done = True
+        self._quick = None
         self._out = []
         end = self._base + len(self._held)
         self._finish_state(self._held, end)
         self._held = ""
-        return self._builder.add(self._out)
+        return events + self._builder.add(self._out)
 
     def result(self) -> ParseResult:
         return self._builder.result()
@@ -432,21 +494,53 @@ class Qwen3XmlParser:
             return i
         return self._close_value(buf, i, m.end())
 
-    def _plain_value_text(self, text: str) -> list[Event]:
-        """A value fragment with no marker start and nothing to escape (fast path)."""
+    # ---- shortcuts for feed: the machine's outcome, with less work ------------------------
+
+    def _quick_value(self, delta: str) -> list[Event] | None:
+        """A value delta: text with no character that can start a marker is taken whole;
+        text followed by the start of the value's end is taken and the start held back."""
         call = self._call
-        call.raw.append(text)
-        # argument fragments do not change the result: the builder needs not see them
-        return [ArgumentsDelta(call.index, text)] if call.value_streams else []
+        if self._sx.plain_value.search(delta) is None:  # the common case: nothing to escape
+            self._base += len(delta)
+            call.raw.append(delta)
+            # argument fragments do not change the result: the builder needs not see them
+            return [ArgumentsDelta(call.index, delta)] if call.value_streams else []
+        scanner = self._sx.value
+        start = scanner.starts.search(delta)
+        at = len(delta) if start is None else start.start()
+        held = delta[at:]
+        if held and held not in scanner.waiting:
+            return None
+        self._base += at
+        out: list[Event] = []
+        self._out = out
+        self._value_text(delta[:at])
+        if held:
+            self._held = held
+            self._quick = None
+            self._wait_in_tag()
+        return out
 
-    def _plain_content(self, text: str) -> list[Event]:
-        self._out = []
-        self._emit_content(text)
-        return self._builder.add(self._out)
+    def _quick_content(self, delta: str) -> list[Event] | None:
+        if self._sx.content.starts.search(delta) is not None:
+            return None
+        self._base += len(delta)
+        body = delta.rstrip()
+        if self._skip_newlines or not body:
+            self._out = []
+            self._emit_content(delta)
+            return self._builder.add(self._out)
+        text = self._ws + body if self._ws else body  # what _emit_content emits, directly
+        self._ws = delta[len(body) :]
+        self._builder.text(text)
+        return [TextDelta(text)]
 
-    def _plain_reasoning(self, text: str) -> list[Event]:
+    def _quick_reasoning(self, delta: str) -> list[Event] | None:
+        if self._sx.reasoning.starts.search(delta) is not None:
+            return None
+        self._base += len(delta)
         self._out = []
-        self._emit_reasoning(text)
+        self._emit_reasoning(delta)
         return self._builder.add(self._out)
 
     def _value_text(self, text: str) -> None:

@@ -26,6 +26,7 @@ class Scanner:
     longest: int
     firsts: str  # the distinct first characters of the markers
     starts: re.Pattern[str]  # finds any of them
+    waiting: frozenset[str]  # the prefixes that hold no whole marker: a scan holds all of such a text back
 
     @classmethod
     def of(cls, *markers: str) -> Scanner:
@@ -33,7 +34,8 @@ class Scanner:
         pattern = re.compile("|".join(re.escape(m) for m in sorted(markers, key=len, reverse=True)))
         firsts = "".join(sorted({m[0] for m in markers}))
         starts = re.compile("[" + re.escape(firsts) + "]")
-        return cls(pattern, prefixes, max(map(len, markers)), firsts, starts)
+        waiting = frozenset(p for p in prefixes if pattern.search(p) is None)
+        return cls(pattern, prefixes, max(map(len, markers)), firsts, starts, waiting)
 
     def safe_end(self, buf: str, pos: int) -> int:
         """The first index from which buf may be the start of a marker (len(buf) if none)."""
