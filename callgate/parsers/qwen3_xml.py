@@ -98,21 +98,22 @@ class Qwen3XmlParser:
         # state -> what it does with a delta when nothing is held, without the machine;
         # None: the machine must read it
         self._fast: dict[State, Callable[[str], list[Event] | None]] = {
+            self._start: self._quick_start,
             self._content: self._quick_content,
             self._reasoning: self._quick_reasoning,
             self._value: self._quick_value,
         }
         # tag states -> what they wait for before reading on (see `_wait_in_tag`)
         self._tag_waits: dict[State, str] = {
-            self._name: ">",
-            self._body: ">",
-            self._between: ">>",  # "<tool_call>" yields nothing: wait for the function name
+            self._name: ">\n",
+            self._body: ">\n",
+            self._between: ">>\n",  # "<tool_call>" yields nothing: wait for the function name
             self._recover: ">",
             self._stray: ">",
         }
         self._waiting: list[str] | None = None  # deltas held unread until the awaited characters
         self._waiting_chars = 0
-        self._wait_char, self._wait_left = ">", 1
+        self._wait_for = ">"  # the characters still awaited, in order
         # the current state's fast path while nothing is held or awaited (else None): set
         # where the state, the held text or the wait change (`_read`, `_hold`, `finish`)
         self._quick = self._fast.get(self._state)
@@ -132,10 +133,7 @@ class Qwen3XmlParser:
         if waiting is not None:  # inside a tag: nothing to decide before the awaited characters
             waiting.append(delta)
             self._waiting_chars += len(delta)
-            char = self._wait_char
-            if char not in delta or (left := self._wait_left - delta.count(char)) > 0:
-                if char in delta:
-                    self._wait_left = left
+            if self._wait_for[0] not in delta or not self._seen(delta):
                 if self._waiting_chars < _MAX_WAIT_CHARS:
                     return []
             self._waiting = None
@@ -161,25 +159,39 @@ class Qwen3XmlParser:
 
     def _wait_in_tag(self) -> None:
         """Where the machine stopped inside tag text, hold the next deltas unread until the
-        character that can end the tag comes (">", or the "\n" before a value), or for
-        ">>" the end of the next tag too: after a value's closing tag (the value ends with
-        the next tag). Reading later changes nothing but when the tag's events come out:
-        the machine gives the same events for any split."""
+        characters come, in order, after which reading on can yield something: the ">" that
+        ends the tag, then the "\n" after it (before a value or the next tag). After a value's
+        closing tag and after a call opener, the next tag too (">>\n": they yield nothing
+        before it). Reading later changes nothing but when the tags' events come out: the
+        machine gives the same events for any split."""
         state = self._state
         chars = self._tag_waits.get(state)
         if chars is None:
+            held = self._held
             if state == self._value:
-                chars = ">>" if "<" in self._held else ""
+                chars = ">>\n" if "<" in held else ""
             elif state == self._literal:
-                chars = "\n" if self._call.literal == self._sx.sep else ">"
+                call = self._call
+                to_value = call.literal == self._sx.sep and call.literal_then == self._open_value
+                chars = "\n" if to_value else ">\n"
             elif state == self._content or state == self._reasoning:
                 # more than "<" held: the start of a tag, not a "<" in the text
-                chars = ">" if len(self._held) > 1 else ""
+                chars = "" if len(held) < 2 else ">>\n" if self._sx.call_open.startswith(held) else ">"
             else:
                 return
         if chars:
-            self._waiting, self._waiting_chars = [], 0
-            self._wait_char, self._wait_left = chars[0], len(chars)
+            self._waiting, self._waiting_chars, self._wait_for = [], 0, chars
+
+    def _seen(self, delta: str) -> bool:
+        """Count the awaited characters in `delta`; True when all have come."""
+        awaited, at = self._wait_for, 0
+        while awaited:
+            at = delta.find(awaited[0], at) + 1
+            if not at:
+                break
+            awaited = awaited[1:]
+        self._wait_for = awaited or ">"
+        return not awaited
 
     def finish(self) -> list[Event]:
         if self._done:
@@ -521,9 +533,29 @@ class Qwen3XmlParser:
             self._wait_in_tag()
         return out
 
-    def _quick_content(self, delta: str) -> list[Event] | None:
-        if self._sx.content.starts.search(delta) is not None:
+    def _quick_start(self, delta: str) -> list[Event] | None:
+        """The first delta, when it cannot start the reasoning opener: content."""
+        if delta[0] == self._sx.think_open[0]:
             return None
+        self._state = self._content
+        self._quick = self._quick_content
+        return self._quick_content(delta)
+
+    def _quick_content(self, delta: str) -> list[Event] | None:
+        scanner = self._sx.content
+        start = scanner.starts.search(delta)
+        if start is not None:  # text and then the start of a tag (more than a "<") is held back
+            at = start.start()
+            held = delta[at:]
+            if len(held) < 2 or held not in scanner.waiting:
+                return None
+            self._base += at
+            self._out = []
+            self._emit_content(delta[:at])
+            self._held = held
+            self._quick = None
+            self._wait_in_tag()
+            return self._builder.add(self._out)
         self._base += len(delta)
         body = delta.rstrip()
         if self._skip_newlines or not body:
