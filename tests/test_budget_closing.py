@@ -176,3 +176,56 @@ def test_without_max_tokens_in_the_params_nothing_is_closed() -> None:
     smol, c = _smol(), grammar("qwen3-xml")
     assert decode(smol, c, 80, b"abcdefgh", seed=0)[-1] == smol.eos
     assert smol.eos not in decode(smol, c, 80, b"abcdefgh", seed=0, told=False)
+
+
+# ---- lazy `auto`: free text, then a trigger ------------------------------------------------
+
+OPENING = '<tool_call>\n{"name": "lookup", "arguments": {"query": "'
+
+
+def follow(smol: SmolTokenizer, c: constraints.Constraint, intended: str, max_tokens: int) -> list[int]:
+    """A model that writes `intended` (then letters forever) wherever the mask lets it."""
+    intended += "a" * 20 * max_tokens
+    batch = SmolBatch(None, "cpu", False)
+    width = 32 * ((max(table().vocabulary.size, smol.eos + 1) + 31) // 32)
+    letters = [smol.byte_ids[b] for b in b"abcdefgh"]
+    out: list[int] = []
+    batch.update_state(Update(1, added=[(0, params(c, max_tokens), None, out)]))
+    noise = torch.Generator().manual_seed(0)
+    while len(out) < max_tokens and smol.eos not in out:
+        logits = torch.randn(1, width, generator=noise)
+        logits[0, letters] += 10.0
+        written = b"".join(smol.bytes_of.get(i, b"") for i in out)
+        if intended.encode().startswith(written):
+            logits[0, smol.encode(intended.encode()[len(written) :].decode(errors="ignore"))[0]] += 20.0
+        batch.update_state(None)
+        out.append(int(batch.apply(logits)[0].argmax()))
+    return out
+
+
+@cache
+def lazy() -> constraints.Constraint:
+    c = constraints.build("hermes", TOOLS, "auto", False, None, _smol().vocab)
+    assert c is not None and c.trigger == "<tool_call>"
+    return c
+
+
+def test_a_call_started_in_time_closes_within_max_tokens() -> None:
+    smol = _smol()
+    out = follow(smol, lazy(), "Let me look. " + OPENING, max_tokens=80)
+    assert out[-1] == smol.eos and len(out) == 80
+    result = parse("hermes", text_of(smol, out) + "<|im_end|>", TOOLS)
+    assert result.diagnostics == () and result.content == "Let me look. "
+    jsonschema.validate(result.candidates[0].arguments, SCHEMA)
+
+
+@pytest.mark.parametrize("prefix_words", [10, 20, 30])
+def test_a_trigger_too_late_to_close_is_held_back(prefix_words: int) -> None:
+    smol = _smol()
+    intended = "word " * prefix_words + OPENING
+    max_tokens = len(smol.encode("word " * prefix_words)) + 20  # a whole call needs about 35
+    out = follow(smol, lazy(), intended, max_tokens)
+    text = text_of(smol, out)
+    assert "<tool_call>" not in text and text.startswith("word " * prefix_words)
+    result = parse("hermes", text + "<|im_end|>", TOOLS)
+    assert result.diagnostics == () and not result.candidates

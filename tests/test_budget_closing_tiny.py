@@ -24,10 +24,10 @@ class BudgetParams(Params):
     max_tokens: int | None = None
 
 
-def allowed_after(regex: str, output: list[int], max_tokens: int | None) -> set[int]:
+def allowed_after(regex: str, output: list[int], max_tokens: int | None, trigger: str | None = None) -> set[int]:
     """The tokens allowed next; max_tokens - len(output) tokens are left, this one included."""
     batch = TinyBatch(None, "cpu", False)
-    params = BudgetParams(constrained(regex).extra_args, max_tokens)
+    params = BudgetParams(constrained(regex, trigger=trigger).extra_args, max_tokens)
     batch.update_state(Update(1, added=[(0, params, None, list(output))]))
     logits = batch.apply(torch.zeros(1, VOCAB))
     return set(torch.isfinite(logits[0]).nonzero().flatten().tolist())
@@ -92,3 +92,20 @@ def test_bits_are_packed_as_the_kernels_read_them() -> None:
     words = pack_bits(ids, 4).unsqueeze(0)
     assert words.dtype == torch.int32
     assert allowed_matrix(words, 128)[0].nonzero().flatten().tolist() == ids
+
+
+def test_a_trigger_spelled_byte_by_byte_is_found() -> None:
+    # The free-text tail once kept too few bytes while shorter than the trigger, so
+    # "<", "c", "a", "l", "l", ">" never matched "<call>" (SmolLM2 spells "<tool_call>" in 5 tokens).
+    out = [PIECES[b"<"][0], C, A, PIECES[b"l"][0], PIECES[b"l"][0], PIECES[b">"][0]]
+    assert allowed_after(r"<call>\{x+\}", out, None, "<call>") == {PIECES[b"{"][0]}
+
+
+def test_a_trigger_that_could_not_close_in_time_is_held_back() -> None:
+    regex = r"<call>\{x+\}"  # the shortest call: "<call>", "{", "x", "}" then EOS
+    lt, call = PIECES[b"<"][0], PIECES[b"call"][0]
+    assert allowed_after(regex, [A], 1 + 6, "<call>") == set(range(VOCAB))  # 4 tokens and EOS fit in 6
+    held = allowed_after(regex, [A], 1 + 4, "<call>")
+    assert held == set(range(VOCAB)) - {PIECES[b"<call>"][0]}  # "<" may still begin free text
+    completing = {PIECES[p][0] for p in (b"<call>", b">", b">{", b">x")}  # after "<call"
+    assert allowed_after(regex, [A, lt, call], 3 + 4, "<call>") == set(range(VOCAB)) - completing

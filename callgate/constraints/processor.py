@@ -32,10 +32,11 @@ tokens from which a complete output (then EOS) still fits in what is left; when 
 shortest completion still fits, the row follows it. So a constrained output always ends
 in the grammar's language, with EOS at or before max_tokens: a free-text value the model
 would not close is cut short so that the call closes, and the server then reports
-`finish_reason: "length"` (it used all of max_tokens). Lazy rows before their trigger are
-free text and are not touched: a trigger that comes too late to close is cut as before, as
-is a row whose max_tokens is below its grammar's shortest output. Rows without a
-`max_tokens` (tests' fakes) are left alone.
+`finish_reason: "length"` (it used all of max_tokens). A lazy row before its trigger is
+free text; once its tokens left cannot hold a whole call (trigger included) and EOS, the
+tokens that would complete the trigger are masked (late_trigger.py), so no call starts that
+could not close. A row whose max_tokens is below its grammar's shortest output is cut as
+before. Rows without a `max_tokens` (tests' fakes) are left alone.
 
 Every `apply` records its time (guide advance + mask fill + budget closing + kernel launch)
 in `timings` and in the process-wide `STEP_TIMINGS` (`mask_time_summary()`: p50/p99 per
@@ -58,6 +59,7 @@ import torch
 
 from callgate.constraints.budget import BudgetCloser
 from callgate.constraints.cache import TokenVocabulary, get_index, token_vocabulary
+from callgate.constraints.late_trigger import TriggerGuard
 from callgate.constraints.step_log import StepLog
 from callgate.kernels import apply_token_bitmask, backend_for
 
@@ -191,7 +193,7 @@ class Row:
         text = self.tail + piece
         at = text.find(trigger)
         if at < 0:
-            self.tail = text[len(text) - len(trigger) + 1 :] if len(trigger) > 1 else b""
+            self.tail = text[max(0, len(text) - len(trigger) + 1) :] if len(trigger) > 1 else b""
             return
         self.guide = outlines_core.Guide(self.index)
         if not walk_text(self.guide, self.index, text[at:], table):
@@ -308,6 +310,7 @@ class ConstrainedBatch:
         self.timings = MaskTimings()
         self.masks = StateMasks()
         self.closer = BudgetCloser(self.tokens.by_bytes, self.tokens.vocabulary.eos_token_id)
+        self.guard = TriggerGuard(self.tokens.pieces)
         self.step_log = StepLog.from_environment()
         self.budget_ns = 0
         # Choosing the backend builds the CPU kernel: at engine start, not in the first step.
@@ -378,29 +381,36 @@ class ConstrainedBatch:
         start = time.perf_counter_ns()
         self.budget_ns = 0
         n_rows = logits.shape[0]
-        active = sorted(i for i, row in self.rows.items() if i < n_rows and row.catch_up(self.tokens))
-        if active:
-            apply_token_bitmask(logits, self._masks_for(logits, active), active)
-        elapsed = time.perf_counter_ns() - start
-        self.timings.record(elapsed, len(active))
-        STEP_TIMINGS.record(elapsed, len(active))
-        if self.step_log is not None and active:
-            self.step_log.record(elapsed, len(active), self.budget_ns)
+        rows = [(i, row) for i, row in self.rows.items() if i < n_rows]
+        active = sorted(i for i, row in rows if row.catch_up(self.tokens))
+        held = sorted(i for i, row in rows if self._holds_back_trigger(row))
+        if active or held:
+            apply_token_bitmask(logits, self._masks_for(logits, active, held), sorted(active + held))
+        elapsed, masked = time.perf_counter_ns() - start, len(active) + len(held)
+        self.timings.record(elapsed, masked)
+        STEP_TIMINGS.record(elapsed, masked)
+        if self.step_log is not None and masked:
+            self.step_log.record(elapsed, masked, self.budget_ns)
         return logits
 
-    def _masks_for(self, logits: torch.Tensor, active: list[int]) -> torch.Tensor:
-        """The bitmask (on the logits' device) with the rows of `active` filled in."""
+    def _masks_for(self, logits: torch.Tensor, active: list[int], held: list[int]) -> torch.Tensor:
+        """The bitmask (on the logits' device) with the rows of `active` and `held` filled in."""
         n_rows, width = logits.shape
         if width < self.tokens.vocabulary.size:
             # outlines-core would write bits past the row: a wrong tokenizer, not bad output.
             raise ValueError(f"logits have {width} columns but the vocabulary has {self.tokens.vocabulary.size} ids")
-        host = self.buffer.rows(n_rows, (width + 31) // 32)
+        n_words = (width + 31) // 32
+        host = self.buffer.rows(n_rows, n_words)
         for i in active:
             row = self.rows[i]
             self.masks.fill(row.spec.key, row.guide, host[i])
             remaining = row.remaining()
             if remaining is not None and remaining <= self.closer.bound:
                 self._close_within_budget(row, remaining, host[i])
+        for i in held:
+            trigger = self.rows[i].spec.trigger
+            assert trigger is not None
+            host[i].copy_(self.guard.mask(trigger, self.rows[i].tail, n_words))
         return self.buffer.for_kernel(n_rows)
 
     def _close_within_budget(self, row: Row, remaining: int, target: torch.Tensor) -> None:
@@ -409,12 +419,31 @@ class ConstrainedBatch:
         try:
             closing = self.closer.mask(row.spec.key, row.index, int(row.guide.get_state()), remaining, target.numel())
         except LookupError as exc:
-            row.closing = False
-            log.warning("constraint %s: budget closing off for a request: %s", row.spec.key[:16], exc)
+            self._stop_closing(row, exc)
             closing = None
         if closing is not None:
             target.copy_(closing)
         self.budget_ns += time.perf_counter_ns() - start
+
+    def _holds_back_trigger(self, row: Row) -> bool:
+        """A lazy row still in free text whose tokens left cannot hold a whole call and EOS
+        (the call's distance counts its trigger, so this holds back a little early)."""
+        remaining = row.remaining()
+        if row.guide is not None or row.failed or remaining is None or remaining > self.closer.bound:
+            return False
+        start = time.perf_counter_ns()
+        try:
+            call = self.closer.distances.get(row.spec.key, row.index, row.index.get_initial_state())
+        except LookupError as exc:
+            self._stop_closing(row, exc)
+            return False
+        finally:
+            self.budget_ns += time.perf_counter_ns() - start
+        return remaining < call + 2
+
+    def _stop_closing(self, row: Row, exc: LookupError) -> None:
+        row.closing = False
+        log.warning("constraint %s: budget closing off for a request: %s", row.spec.key[:16], exc)
 
     @property
     def failed_rows(self) -> list[int]:

@@ -1,0 +1,54 @@
+"""Which tokens would complete a lazy grammar's trigger (to hold back a call that cannot close).
+
+Knows: token ids -> bytes (special tokens too, since a trigger may be one), and the tail of
+free text a lazy row keeps (at most len(trigger) - 1 bytes). Does not know: grammars,
+budgets, vLLM; processor.py decides when to use it.
+
+Before its trigger a lazy row is free text. When the tokens left can no longer hold a whole
+call (the trigger included) and EOS, the processor masks the tokens that would complete the
+trigger, so the model writes text instead of starting a call that would be cut. A token
+completes the trigger when its bytes contain it, or when they start with the rest of a
+trigger that a suffix of the tail began. The sets are found by scanning the vocabulary once
+per (trigger, suffix length) (~10 ms for 49k tokens) and kept.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+
+from callgate.constraints.budget import pack_bits
+
+
+class TriggerGuard:
+    """Bitmask rows that allow every token except those completing a trigger."""
+
+    def __init__(self, pieces: Mapping[int, bytes]) -> None:
+        self.pieces = pieces
+        self.completing: dict[tuple[bytes, int], frozenset[int]] = {}
+        self.masks: dict[tuple[bytes, frozenset[int], int], torch.Tensor] = {}
+
+    def mask(self, trigger: bytes, tail: bytes, n_words: int) -> torch.Tensor:
+        """The allowed-bits row for a row whose free text ends with `tail`."""
+        begun = frozenset(m for m in range(1, len(trigger)) if tail.endswith(trigger[:m]))
+        slot = (trigger, begun, n_words)
+        found = self.masks.get(slot)
+        if found is None:
+            banned = set(self._completing(trigger, 0)).union(*(self._completing(trigger, m) for m in begun))
+            found = ~pack_bits(sorted(i for i in banned if i < 32 * n_words), n_words)
+            self.masks[slot] = found
+        return found
+
+    def _completing(self, trigger: bytes, begun: int) -> frozenset[int]:
+        """Tokens that complete `trigger` when its first `begun` bytes precede them."""
+        slot = (trigger, begun)
+        found = self.completing.get(slot)
+        if found is None:
+            rest = trigger[begun:]
+            if begun:
+                found = frozenset(i for i, data in self.pieces.items() if data.startswith(rest))
+            else:
+                found = frozenset(i for i, data in self.pieces.items() if rest in data)
+            self.completing[slot] = found
+        return found
