@@ -30,7 +30,7 @@ empty_call_list, bad_call_id, multiple_call_blocks; plus unknown_tool.
 from __future__ import annotations
 
 import json
-from enum import Enum, auto
+from collections.abc import Callable
 
 from callgate.formats import ToolCallFormat
 from callgate.parsers.base import CallIdFactory, ResultBuilder, StreamParser, Tools, tool_names
@@ -42,24 +42,27 @@ from callgate.types import Event, ParseResult, ReasoningDelta, TextDelta
 
 _WS = " \t\r\n"
 _LLAMA_TAIL_SKIP = " \t\r\n;"
-# What `feed` may try before running the whole machine (nothing is held back in either
-# case): pass a delta of plain content on as one TextDelta, or hand a delta of a block's
-# JSON straight to the scanner (see _feed_block).
-_SLOW, _FAST_TEXT, _IN_BLOCK = range(3)
+# What `feed` may try before running the whole machine: pass a delta of plain content on
+# as one TextDelta, or hand a delta of a block's JSON straight to the scanner (nothing held
+# back in either case), or keep holding a text that can only wait for more (see feed).
+_SLOW, _FAST_TEXT, _IN_BLOCK, _HOLD = range(4)
 
 
-class _State(Enum):
-    START = auto()
-    REASONING = auto()
-    CONTENT = auto()
-    BLOCK = auto()  # scanning the JSON of a block
-    BLOCK_FAILED = auto()  # the scanner failed; classify the offending text
-    BLOCK_TAIL = auto()  # object layout: the JSON is complete, the close tag is due
-    BAD_BLOCK = auto()  # skipping a malformed block up to its close (or the end of turn)
-    AFTER_CALL = auto()
-    SINGLE_TAIL = auto()  # single layout: text after the call object
-    TRAILING = auto()  # text where only calls or the end of turn may be
-    AFTER_END = auto()  # after the end-of-turn token
+# States, plain ints: an Enum member read from its class costs ~90 ns and an Enum key's
+# hash a Python call, measured, on every delta.
+(
+    _START,
+    _REASONING,
+    _CONTENT,
+    _BLOCK,  # scanning the JSON of a block
+    _BLOCK_FAILED,  # the scanner failed; classify the offending text
+    _BLOCK_TAIL,  # object layout: the JSON is complete, the close tag is due
+    _BAD_BLOCK,  # skipping a malformed block up to its close (or the end of turn)
+    _AFTER_CALL,
+    _SINGLE_TAIL,  # single layout: text after the call object
+    _TRAILING,  # text where only calls or the end of turn may be
+    _AFTER_END,  # after the end-of-turn token
+) = range(11)
 
 
 class JsonCallParser:
@@ -82,22 +85,24 @@ class JsonCallParser:
         self._final = False
         self._finished = False
         self._fast = _SLOW
-        self._handlers = {
-            _State.START: self._start,
-            _State.REASONING: self._reasoning,
-            _State.CONTENT: self._content,
-            _State.BLOCK: self._block,
-            _State.BLOCK_FAILED: self._block_failed,
-            _State.BLOCK_TAIL: self._block_tail,
-            _State.BAD_BLOCK: self._bad_block,
-            _State.AFTER_CALL: self._after_call,
-            _State.SINGLE_TAIL: self._single_tail,
-            _State.TRAILING: self._trailing,
-            _State.AFTER_END: self._after_end,
-        }
-        self._state = _State.START
+        self._waiting: frozenset[str] = frozenset()  # what _HOLD may keep holding
+        # indexed by state
+        self._handlers: tuple[Callable[[], bool], ...] = (
+            self._start,
+            self._reasoning,
+            self._content,
+            self._block,
+            self._block_failed,
+            self._block_tail,
+            self._bad_block,
+            self._after_call,
+            self._single_tail,
+            self._trailing,
+            self._after_end,
+        )
+        self._state = _START
         self._step = self._start
-        self._go(_State.REASONING if thinking and spec.reasoning_open else _State.START)
+        self._go(_REASONING if thinking and spec.reasoning_open else _START)
         # reasoning
         self._r_start = 0
         self._r_started = False
@@ -135,6 +140,12 @@ class JsonCallParser:
             text = TextDelta(delta)
             self._unbuilt.append(text)
             return [text]
+        if fast == _HOLD and delta:
+            rest = self._buf[self._i :] + delta
+            if rest in self._waiting:  # still only the start of a marker: the machine would wait
+                self._base += self._i
+                self._buf, self._i = rest, 0
+                return []
         if self._finished or not delta:
             return []
         self._buf = self._buf[self._i :] + delta
@@ -146,10 +157,11 @@ class JsonCallParser:
 
     def _fast_mode(self) -> int:
         if self._i != len(self._buf):
-            return _SLOW
-        if self._state is _State.CONTENT:
+            self._waiting = _waiting(self._spec)[self._state]
+            return _HOLD if self._waiting else _SLOW
+        if self._state is _CONTENT:
             return _SLOW if self._lstrip else _FAST_TEXT
-        return _IN_BLOCK if self._state is _State.BLOCK else _SLOW
+        return _IN_BLOCK if self._state is _BLOCK else _SLOW
 
     def _block_stopped(self, delta: str, j: int) -> list[Event]:
         """The JSON of a block, fed `delta` with nothing held back, stopped at `j`."""
@@ -162,9 +174,13 @@ class JsonCallParser:
 
     def _streamed(self) -> list[Event]:
         """What the scanner has to stream after a delta: the call's start, a fragment."""
-        scan, calls = self._scan, self._calls
+        calls, out = self._calls, self._scan.out
         if calls.open:
-            return [calls.fragment(scan.take_output())] if scan.out else []
+            if not out:
+                return []
+            text = out[0] if len(out) == 1 else "".join(out)
+            out.clear()
+            return [calls.fragment(text)]
         self._stream_call()
         events = self._events[:]
         self._events.clear()
@@ -191,7 +207,7 @@ class JsonCallParser:
             pass
         return self._flush()
 
-    def _go(self, state: _State) -> None:
+    def _go(self, state: int) -> None:
         self._state = state
         self._step = self._handlers[state]
 
@@ -229,11 +245,11 @@ class JsonCallParser:
             if rest.startswith(spec.reasoning_open):
                 self._i = i + len(spec.reasoning_open)
                 self._r_start = self._abs(i)
-                self._go(_State.REASONING)
+                self._go(_REASONING)
                 return True
             if not self._final and spec.reasoning_open.startswith(rest):
                 return False
-        self._go(_State.CONTENT)
+        self._go(_CONTENT)
         return True
 
     def _content(self) -> bool:
@@ -258,13 +274,13 @@ class JsonCallParser:
         if action == "block":
             return self._open_block(k, k + len(tok))
         if action == "end":
-            self._go(_State.AFTER_END)
+            self._go(_AFTER_END)
         elif action == "text_before_call" and tok != spec.block_open and not self._bare_calls:
             self._text(tok)  # no tools declared: JSON in an answer is just text
         elif action == "text_before_call":
             self._diag("text_before_call", "a call only at the start of the output", quote(tok), span)
             self._i = k
-            self._go(_State.BAD_BLOCK)
+            self._go(_BAD_BLOCK)
         else:
             code = {"unbalanced": "unbalanced_tags", "stray_think": "stray_think_tag"}.get(
                 action, "special_token_in_content"
@@ -295,10 +311,10 @@ class JsonCallParser:
         if tok == spec.reasoning_close:
             self._r_newlines = 0
             self._lstrip = True
-            self._go(_State.CONTENT)
+            self._go(_CONTENT)
         elif tok in spec.ends:
             self._diag("missing_think_end", quote(spec.reasoning_close), quote(tok), (self._r_start, self._abs(stop)))
-            self._go(_State.AFTER_END)
+            self._go(_AFTER_END)
         else:
             opens = tok == spec.block_open
             if opens or not self._r_call_open:
@@ -331,7 +347,7 @@ class JsonCallParser:
         self._raw = [self._buf[start:json_start]]
         self._calls.drop()
         self._i = json_start
-        self._go(_State.BLOCK)
+        self._go(_BLOCK)
         return True
 
     def _block(self) -> bool:
@@ -345,12 +361,12 @@ class JsonCallParser:
         self._stream_call()
         if scan.done:
             if self._spec.layout == "object":
-                self._go(_State.BLOCK_TAIL)
+                self._go(_BLOCK_TAIL)
             else:
                 self._close_block(j)
             return True
         if scan.failed:
-            self._go(_State.BLOCK_FAILED)
+            self._go(_BLOCK_FAILED)
             return True
         return False
 
@@ -374,24 +390,24 @@ class JsonCallParser:
             assert tok is not None
             self._diag("unterminated_block", "the rest of the call", quote(tok), (self._block_start, self._abs(i)))
             self._i = i + len(tok)
-            self._go(_State.AFTER_END)
+            self._go(_AFTER_END)
             return True
         if tok is not None and tok == spec.block_close and not self._scan.started:
             self._diag("empty_call_block", "a JSON call", quote(tok), (self._block_start, self._abs(i + len(tok))))
             self._i = i + len(tok)
-            self._go(_State.AFTER_CALL)
+            self._go(_AFTER_CALL)
             return True
         if tok is not None and tok == spec.block_open and spec.layout == "object":
             self._diag("unbalanced_tags", "a JSON call object", quote(tok), (self._abs(i), self._abs(i + len(tok))))
             self._i = i + len(tok)
-            self._go(_State.BAD_BLOCK)
+            self._go(_BAD_BLOCK)
             return True
         self._diag(err.code, err.expected, quote(err.got), (offset, offset + max(1, len(err.got))))
         if tok is not None and tok == spec.block_close:
             self._i = i + len(tok)
-            self._go(_State.AFTER_CALL)
+            self._go(_AFTER_CALL)
         else:
-            self._go(_State.BAD_BLOCK)
+            self._go(_BAD_BLOCK)
         return True
 
     def _block_tail(self) -> bool:
@@ -413,24 +429,24 @@ class JsonCallParser:
         span = (self._abs(k), self._abs(k + len(tok or buf[k])))
         if tok is None and spec.block_close.startswith(buf[k:]):  # the text ends inside the close tag
             self._i = len(buf)
-            self._go(_State.BLOCK_TAIL)
+            self._go(_BLOCK_TAIL)
             return False
         if tok in spec.ends:
             self._diag("unterminated_block", quote(spec.block_close), quote(tok), (self._block_start, span[0]))
             self._i = span[1] - self._base
-            self._go(_State.AFTER_END)
+            self._go(_AFTER_END)
             return True
         code = "unbalanced_tags" if tok == spec.block_open else "invalid_json"
         self._diag(code, quote(spec.block_close), quote(tok or buf[k]), span)
         self._i = span[1] - self._base
-        self._go(_State.BAD_BLOCK)
+        self._go(_BAD_BLOCK)
         return True
 
     def _close_block(self, end: int) -> None:
         """The block's JSON (and close tag) is complete at buffer position `end`."""
         spec = self._spec
         self._i = end
-        self._go(_State.AFTER_CALL)
+        self._go(_AFTER_CALL)
         span = (self._block_start, self._abs(end))
         raw = "".join(self._raw)
         lo = self._scan_base - self._block_start
@@ -477,18 +493,18 @@ class JsonCallParser:
         end = spec.ends_set.at(buf, i)
         if end is not None:
             self._i = i + len(end)
-            self._go(_State.AFTER_END)
+            self._go(_AFTER_END)
             return True
         if spec.layout == "list" and rest.startswith(spec.block_open):
             span = (self._abs(i), self._abs(i + len(spec.block_open)))
             self._diag("multiple_call_blocks", "one call block", quote(spec.block_open), span)
-            self._go(_State.BAD_BLOCK)
+            self._go(_BAD_BLOCK)
             self._i = i + len(spec.block_open)
             return True
         if not rest or (not self._final and rest in spec.after_call_prefixes):
             return False
         self._trail_start = self._abs(i)
-        self._go(_State.SINGLE_TAIL if spec.layout == "single" else _State.TRAILING)
+        self._go(_SINGLE_TAIL if spec.layout == "single" else _TRAILING)
         return True
 
     def _single_tail(self) -> bool:
@@ -501,9 +517,9 @@ class JsonCallParser:
         if buf[k] in "{[":
             span = (self._abs(k), self._abs(k + 1))
             self._diag("parallel_calls_unsupported", "one call", quote(buf[k]), span)
-            self._go(_State.BAD_BLOCK)
+            self._go(_BAD_BLOCK)
             return True
-        self._go(_State.TRAILING)
+        self._go(_TRAILING)
         return True
 
     def _trailing(self) -> bool:
@@ -520,7 +536,7 @@ class JsonCallParser:
             return self._open_block(k, k + len(tok))
         self._diag("trailing_text", "the end of the turn", f"{span[1] - span[0]} characters", span)
         self._i = k + len(tok)
-        self._go(_State.AFTER_END)
+        self._go(_AFTER_END)
         return True
 
     def _bad_block(self) -> bool:
@@ -531,7 +547,7 @@ class JsonCallParser:
             self._i = len(buf) if self._final else markers.hold_from(buf, i)
             return False
         self._i = m.end()
-        self._go(_State.AFTER_END if m.group() in self._spec.ends else _State.AFTER_CALL)
+        self._go(_AFTER_END if m.group() in self._spec.ends else _AFTER_CALL)
         return True
 
     def _after_end(self) -> bool:
@@ -545,29 +561,48 @@ class JsonCallParser:
     def _finish_state(self) -> None:
         state, spec = self._state, self._spec
         end = self._abs(len(self._buf))
-        if state == _State.REASONING:
+        if state == _REASONING:
             self._diag("missing_think_end", quote(spec.reasoning_close), "end of text", (self._r_start, end))
-        elif state == _State.BLOCK:
+        elif state == _BLOCK:
             self._scan.finish()
             if self._scan.done and spec.layout != "object":
                 self._close_block(len(self._buf))
                 return
             self._diag("unterminated_block", "the rest of the call", "end of text", (self._block_start, end))
-        elif state == _State.BLOCK_TAIL:
+        elif state == _BLOCK_TAIL:
             self._diag("unterminated_block", quote(spec.block_close), "end of text", (self._block_start, end))
-        elif state in (_State.TRAILING, _State.SINGLE_TAIL):
+        elif state in (_TRAILING, _SINGLE_TAIL):
             self._diag(
                 "trailing_text",
                 "the end of the turn",
                 f"{end - self._trail_start} characters",
                 (self._trail_start, end),
             )
-        elif state == _State.AFTER_END and self._end_trail_start >= 0:
+        elif state == _AFTER_END and self._end_trail_start >= 0:
             span = (self._end_trail_start, end)
             self._diag("trailing_text", "nothing after the end of the turn", f"{end - span[0]} characters", span)
 
     def _diag(self, code: str, expected: str, got: str, span: tuple[int, int]) -> None:
         self._events.append(diagnostic(code, expected, got, span))
+
+
+_WAITING: dict[str, tuple[frozenset[str], ...]] = {}
+
+
+def _waiting(spec: JsonFamilySpec) -> tuple[frozenset[str], ...]:
+    """Per state: the held texts on which that state's handler can only wait for more
+    input (consumes nothing, emits nothing, stays). Computed once per format."""
+    table = _WAITING.get(spec.format)
+    if table is None:
+        by_state = {
+            _START: spec.start_waiting,
+            _REASONING: spec.reasoning_markers.waiting,
+            _CONTENT: spec.content_markers.waiting,
+            _BLOCK_TAIL: frozenset(p for p in spec.block_markers.waiting if p[0] not in _WS),
+            _AFTER_CALL: spec.after_call_waiting,
+        }
+        table = _WAITING[spec.format] = tuple(by_state.get(s, frozenset()) for s in range(_AFTER_END + 1))
+    return table
 
 
 def make_parser(fmt: ToolCallFormat, tools: Tools, *, thinking: bool, call_ids: CallIdFactory) -> StreamParser:

@@ -182,7 +182,9 @@ class JsonScanner:
         if (
             self._state == _STRING
             and not self._hi
-            and ((text.isprintable() and '"' not in text and "\\" not in text) or _PLAIN_RUN.fullmatch(text))
+            and (
+                ('"' not in text and "\\" not in text) if text.isprintable() else _PLAIN_RUN.fullmatch(text) is not None
+            )
         ):
             self.offset += len(text)
             if self._str_keep:

@@ -39,6 +39,7 @@ class MarkerSet:
     markers: tuple[str, ...]
     pattern: re.Pattern[str]
     prefixes: frozenset[str]  # proper, non-empty prefixes of the markers
+    waiting: frozenset[str]  # those with no whole marker inside: such a text can only wait
     first_chars: frozenset[str]
     first_pattern: re.Pattern[str]  # any character that starts a marker
     longest: int
@@ -48,10 +49,12 @@ class MarkerSet:
         ordered = tuple(sorted(set(markers), key=lambda m: (-len(m), m)))
         alternation = "|".join(re.escape(m) for m in ordered) or r"(?!x)x"
         prefixes = frozenset(m[:k] for m in ordered for k in range(1, len(m)))
+        pattern = re.compile(alternation)
         return MarkerSet(
             ordered,
-            re.compile(alternation),
+            pattern,
             prefixes,
+            frozenset(p for p in prefixes if pattern.search(p) is None),
             frozenset(m[0] for m in ordered),
             re.compile(
                 "[" + "".join(sorted(re.escape(c) for c in {m[0] for m in ordered})) + "]" if ordered else r"(?!x)x"
@@ -106,6 +109,9 @@ class JsonFamilySpec:
     skip_markers: MarkerSet  # where a malformed block stops: ends, close
     trailing_markers: MarkerSet  # what ends text after a call: ends (and open, object layout)
     after_call_prefixes: frozenset[str]  # non-empty prefixes of what may follow a call
+    # what the parser can only wait on, after a call and at the start of the output
+    after_call_waiting: frozenset[str]
+    start_waiting: frozenset[str]
 
 
 def _content_actions(fmt: ToolCallFormat, layout: Layout, block_open: str, block_close: str) -> dict[str, Action]:
@@ -150,6 +156,10 @@ def json_family_spec(format: str) -> JsonFamilySpec:
     closes = (block_close,) if block_close else ()
     content_markers = MarkerSet.of(tuple(actions))
     after_call = (*_ends(fmt), block_open, *((sep + block_open,) if layout == "object" else ()))
+    after_call_prefixes = frozenset(m[:k] for m in after_call for k in range(1, len(m) + 1))
+    # after a call, these open a block, end the turn or are an error as soon as they begin
+    decided = (*_ends(fmt), *((sep + block_open, block_open) if layout != "single" else ()))
+    start = block_open if layout == "single" else fmt.reasoning_open or ""
     text_stop = content_markers.first_pattern.pattern + (f"|{re.escape(sep)}\\Z" if sep else "")
     return JsonFamilySpec(
         format=fmt.name,
@@ -172,5 +182,7 @@ def json_family_spec(format: str) -> JsonFamilySpec:
         block_markers=MarkerSet.of((*_ends(fmt), block_open, *closes)),
         skip_markers=MarkerSet.of((*_ends(fmt), *closes)),
         trailing_markers=MarkerSet.of((*_ends(fmt), block_open) if layout == "object" else _ends(fmt)),
-        after_call_prefixes=frozenset(m[:k] for m in after_call for k in range(1, len(m) + 1)),
+        after_call_prefixes=after_call_prefixes,
+        after_call_waiting=frozenset(p for p in after_call_prefixes if not p.startswith(decided)),
+        start_waiting=frozenset(start[:k] for k in range(1, len(start)) if start[0] not in "{["),
     )
