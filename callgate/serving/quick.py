@@ -26,7 +26,7 @@ in its max_tokens, so max_tokens=1 would change which label greedy decoding pick
 "News" instead of "Law"); the engine therefore runs a step or two more until the abort lands.
 `read_url` decides each URL in its own request, concurrently: the head prompt plus the
 forced line start "URL:" (as the answer's first line would begin), then " yes" or " no"
-under a grammar, decided the same way. Each URL's answer is therefore conditioned on the
+under a grammar with max_tokens=2, decided the same way. Each URL's answer is therefore conditioned on the
 conversation and that URL alone, not on the answers written for the URLs before it (the
 full decode, used with `decide_early=False` or unconstrained, writes all lines in one go,
 one step per token of every URL).
@@ -229,9 +229,7 @@ class Choice:
     """A categorical answer as its grammar admits it: each spelling and the label it means.
 
     `decided(text)` is the spelling greedy constrained decoding is bound to finish once it has
-    written `text`: the only spelling `text` is a prefix of (None while several remain).
-    `budget()` is a max_tokens under which the processor's budget closing never narrows any
-    spelling's path (every token writes at least one byte), so it cannot change the answer."""
+    written `text`: the only spelling `text` is a prefix of (None while several remain)."""
 
     spellings: tuple[tuple[str, str], ...]  # (text as written, label)
 
@@ -240,9 +238,6 @@ class Choice:
             return next((s for s in self.spellings if s[0] == text), None)
         fits = [s for s in self.spellings if s[0].startswith(text)]
         return fits[0] if text and len(fits) == 1 else None
-
-    def budget(self) -> int:
-        return max(len(s.encode()) for s, _ in self.spellings) + 1  # + EOS
 
 
 def head_choice(task: str, labels: Mapping[str, tuple[str, ...]]) -> Choice:
@@ -423,7 +418,9 @@ class QuickService:
         """read_url decided per URL, concurrently: the head prompt, the forced "URL:", then
         " yes" or " no" (module docstring). The URL is content: special-token text stays text."""
         constraint = await self._constraint(" (?:yes|no)")
-        sampling = SamplingParams(URL_CHOICE.budget(), 0.0)
+        # " y" / " n" decide, so two tokens always do; with max_tokens=2 the processor's budget
+        # closing lets only a whole " yes" / " no" token start (one step), not a lone " ".
+        sampling = SamplingParams(2, 0.0)
         n = len(prompt.text)
         reqs = [
             GenerationRequest(
