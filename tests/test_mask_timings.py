@@ -31,6 +31,17 @@ def test_records_round_trip_in_blocks(tmp_path: Path) -> None:
     assert read_step_log(path) == records
 
 
+def test_a_quiet_log_is_flushed_after_its_time(tmp_path: Path) -> None:
+    path = tmp_path / "steps.log"
+    log = StepLog(path, flush_every=1000, flush_after_s=0.0)
+    log.record(5, 1, 0)
+    assert read_step_log(path) == [StepRecord(5, 1, 0)]
+    log = StepLog(path, flush_every=1000, flush_after_s=3600.0)
+    log.record(6, 1, 0)
+    assert len(read_step_log(path)) == 1
+    log.close()
+
+
 def test_two_writers_append_to_one_file(tmp_path: Path) -> None:
     path = tmp_path / "steps.log"
     a, b = StepLog(path, flush_every=1), StepLog(path, flush_every=1)

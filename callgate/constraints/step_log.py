@@ -10,9 +10,11 @@ it), every ConstrainedBatch appends one line per masked step:
     <elapsed_ns> <constrained_rows> <budget_ns>\\n
 
 (host time of the whole `apply`, rows masked, and the part spent in budget closing), in
-blocks of `flush_every` lines, each block in one `write` on a file opened for appending, so
-the lines of several engine processes do not interleave. The block still buffered is written
-at `close()` and when the process exits normally (atexit); a killed process loses it.
+blocks of `flush_every` lines or after `flush_after_s` seconds (checked at each record),
+each block in one `write` on a file opened for appending, so the lines of several engine
+processes do not interleave. The block still buffered is written at `close()` and when the
+process exits normally (atexit; vLLM's engine core turns SIGTERM into a normal exit); a
+killed process loses it. A reader that needs every step stops the server first.
 `read_step_log(path)` reads the lines back; a torn last line is skipped.
 """
 
@@ -20,11 +22,13 @@ from __future__ import annotations
 
 import atexit
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 ENV_VAR = "CALLGATE_MASK_TIMINGS"
 DEFAULT_FLUSH_EVERY = 64
+DEFAULT_FLUSH_AFTER_S = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,11 +41,17 @@ class StepRecord:
 class StepLog:
     """Buffered appender of StepRecords to one file."""
 
-    def __init__(self, path: str | os.PathLike[str], flush_every: int = DEFAULT_FLUSH_EVERY) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        flush_every: int = DEFAULT_FLUSH_EVERY,
+        flush_after_s: float = DEFAULT_FLUSH_AFTER_S,
+    ) -> None:
         if flush_every < 1:
             raise ValueError(f"flush_every must be >= 1, got {flush_every}")
-        self.path, self.flush_every = Path(path), flush_every
+        self.path, self.flush_every, self.flush_after_s = Path(path), flush_every, flush_after_s
         self.pending: list[str] = []
+        self.flushed_s = time.monotonic()
         atexit.register(self.close)
 
     @classmethod
@@ -52,10 +62,11 @@ class StepLog:
 
     def record(self, elapsed_ns: int, rows: int, budget_ns: int) -> None:
         self.pending.append(f"{elapsed_ns} {rows} {budget_ns}\n")
-        if len(self.pending) >= self.flush_every:
+        if len(self.pending) >= self.flush_every or time.monotonic() - self.flushed_s >= self.flush_after_s:
             self.flush()
 
     def flush(self) -> None:
+        self.flushed_s = time.monotonic()
         if not self.pending:
             return
         block, self.pending = "".join(self.pending).encode(), []
