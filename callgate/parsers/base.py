@@ -76,7 +76,9 @@ class StreamParser(Protocol):
 
 
 class ResultBuilder:
-    """Accumulates events into a ParseResult; parsers call `add` on everything they emit."""
+    """Accumulates events into a ParseResult: parsers call `add` on everything they emit, or
+    the method for the one kind of event at hand (`text`, `reasoning`, `candidate`,
+    `diagnostic`; CallStart and ArgumentsDelta do not change the result)."""
 
     __slots__ = ("_candidates", "_content", "_diagnostics", "_reasoning")
 
@@ -107,6 +109,14 @@ class ResultBuilder:
     def reasoning(self, text: str) -> None:
         """`add([ReasoningDelta(text)])` without building the event."""
         self._reasoning.append(text)
+
+    def candidate(self, candidate: ToolCallCandidate) -> None:
+        """`add([CallEnd(index, candidate)])` without the event."""
+        self._candidates.append(candidate)
+
+    def diagnostic(self, diagnostic: Diagnostic) -> None:
+        """`add([DiagnosticEvent(diagnostic)])` without the event."""
+        self._diagnostics.append(diagnostic)
 
     def result(self) -> ParseResult:
         content = "".join(self._content)

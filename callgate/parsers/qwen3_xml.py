@@ -62,6 +62,9 @@ _NAME = re.compile(r"[^\s<>=\"'/]*")
 _MAX_NAME_CHARS = 256  # keeps the hold-back of a tag name bounded
 _MAX_SHOWN_CHARS = 20
 _MAX_WAIT_CHARS = 128  # at most this much text is held unread inside a tag
+# json.dumps(..., ensure_ascii=False) builds an encoder per call (~1.5 us here); value text
+# is escaped once per delta while it streams
+_ENCODE = json.JSONEncoder(ensure_ascii=False).encode
 
 
 def make_parser(fmt: ToolCallFormat, tools: Tools, *, thinking: bool, call_ids: CallIdFactory) -> Qwen3XmlParser:
@@ -117,6 +120,8 @@ class Qwen3XmlParser:
         # the current state's fast path while nothing is held or awaited (else None): set
         # where the state, the held text or the wait change (`_read`, `_hold`, `finish`)
         self._quick = self._fast.get(self._state)
+        self._plain_value = syntax.plain_value.search  # the per-delta searches, bound once
+        self._content_start = syntax.content.starts.search
 
     # ---- driving -------------------------------------------------------------------------
 
@@ -151,11 +156,12 @@ class Qwen3XmlParser:
             if pos < 0:  # the state needs more text: it keeps buf[~pos:]
                 pos = ~pos
                 break
-        self._held = buf[pos:]
+        held = self._held = buf[pos:]
         self._base += pos
-        self._wait_in_tag()
-        self._quick = None if self._held or self._waiting is not None else self._fast.get(self._state)
-        return self._builder.add(out) if out else out
+        quick = self._quick = None if held else self._fast.get(self._state)
+        if quick is None:  # a fast path needs no wait
+            self._wait_in_tag()
+        return out
 
     def _wait_in_tag(self) -> None:
         """Where the machine stopped inside tag text, hold the next deltas unread until the
@@ -185,6 +191,8 @@ class Qwen3XmlParser:
     def _seen(self, delta: str) -> bool:
         """Count the awaited characters in `delta`; True when all have come."""
         awaited, at = self._wait_for, 0
+        if len(awaited) == 1:  # the caller found it
+            return True
         while awaited:
             at = delta.find(awaited[0], at) + 1
             if not at:
@@ -206,7 +214,7 @@ class Qwen3XmlParser:
         end = self._base + len(self._held)
         self._finish_state(self._held, end)
         self._held = ""
-        return events + self._builder.add(self._out)
+        return events + self._out
 
     def result(self) -> ParseResult:
         return self._builder.result()
@@ -235,10 +243,13 @@ class Qwen3XmlParser:
     def _diagnose(self, code: str, expected: str, got: str, start: int, end: int, at: int) -> None:
         shown = got if len(got) <= _MAX_SHOWN_CHARS else got[:_MAX_SHOWN_CHARS] + "..."
         message = f"expected {expected!r}, got {shown!r} at offset {at}"
-        self._out.append(DiagnosticEvent(Diagnostic(code, message, (start, end))))
+        diagnostic = Diagnostic(code, message, (start, end))
+        self._builder.diagnostic(diagnostic)
+        self._out.append(DiagnosticEvent(diagnostic))
 
     def _emit_text(self, text: str) -> None:
         if text:
+            self._builder.text(text)
             self._out.append(TextDelta(text))
 
     def _emit_content(self, text: str) -> None:
@@ -264,7 +275,9 @@ class Qwen3XmlParser:
         if not body:
             self._nl += text
             return
-        self._out.append(ReasoningDelta(self._nl + body))
+        reasoning = self._nl + body
+        self._builder.reasoning(reasoning)
+        self._out.append(ReasoningDelta(reasoning))
         self._nl = text[len(body) :]
 
     # ---- outside calls -------------------------------------------------------------------
@@ -509,26 +522,30 @@ class Qwen3XmlParser:
     # ---- shortcuts for feed: the machine's outcome, with less work ------------------------
 
     def _quick_value(self, delta: str) -> list[Event] | None:
-        """A value delta: text with no character that can start a marker is taken whole;
-        text followed by the start of the value's end is taken and the start held back."""
+        """A value delta without a whole marker: its text is taken, up to where a marker may
+        start (held back, as `_value` does)."""
         call = self._call
-        if self._sx.plain_value.search(delta) is None:  # the common case: nothing to escape
+        if self._plain_value(delta) is None:  # the common case: nothing to escape
             self._base += len(delta)
             call.raw.append(delta)
             # argument fragments do not change the result: the builder needs not see them
             return [ArgumentsDelta(call.index, delta)] if call.value_streams else []
         scanner = self._sx.value
         start = scanner.starts.search(delta)
-        at = len(delta) if start is None else start.start()
-        held = delta[at:]
-        if held and held not in scanner.waiting:
+        if start is None:  # only characters to escape
+            at = len(delta)
+        elif delta[start.start() :] in scanner.waiting:  # the start of the end marker, say
+            at = start.start()
+        elif scanner.pattern.search(delta) is None:  # a newline in the value, say
+            at = scanner.safe_end(delta, 0)
+        else:
             return None
         self._base += at
         out: list[Event] = []
         self._out = out
         self._value_text(delta[:at])
-        if held:
-            self._held = held
+        if at < len(delta):
+            self._held = delta[at:]
             self._quick = None
             self._wait_in_tag()
         return out
@@ -542,12 +559,11 @@ class Qwen3XmlParser:
         return self._quick_content(delta)
 
     def _quick_content(self, delta: str) -> list[Event] | None:
-        scanner = self._sx.content
-        start = scanner.starts.search(delta)
+        start = self._content_start(delta)
         if start is not None:  # text and then the start of a tag (more than a "<") is held back
             at = start.start()
             held = delta[at:]
-            if len(held) < 2 or held not in scanner.waiting:
+            if len(held) < 2 or held not in self._sx.content.waiting:
                 return None
             self._base += at
             self._out = []
@@ -555,13 +571,13 @@ class Qwen3XmlParser:
             self._held = held
             self._quick = None
             self._wait_in_tag()
-            return self._builder.add(self._out)
+            return self._out
         self._base += len(delta)
         body = delta.rstrip()
         if self._skip_newlines or not body:
             self._out = []
             self._emit_content(delta)
-            return self._builder.add(self._out)
+            return self._out
         text = self._ws + body if self._ws else body  # what _emit_content emits, directly
         self._ws = delta[len(body) :]
         self._builder.text(text)
@@ -573,14 +589,14 @@ class Qwen3XmlParser:
         self._base += len(delta)
         self._out = []
         self._emit_reasoning(delta)
-        return self._builder.add(self._out)
+        return self._out
 
     def _value_text(self, text: str) -> None:
         if text:
             call = self._call
             call.raw.append(text)
             if call.value_streams:
-                escaped = json.dumps(text, ensure_ascii=False)[1:-1] if NEEDS_ESCAPE.search(text) else text
+                escaped = _ENCODE(text)[1:-1] if NEEDS_ESCAPE.search(text) else text
                 self._out.append(ArgumentsDelta(call.index, escaped))
 
     def _close_value(self, buf: str, i: int, end: int) -> int:
@@ -605,6 +621,7 @@ class Qwen3XmlParser:
         self._out.append(ArgumentsDelta(call.index, "{}" if call.value_name is None else "}"))
         span = (call.start, call.start + len(raw))
         candidate = ToolCallCandidate(call.call_id, call.name, call.arguments, raw, span, self._sx.fmt.name)
+        self._builder.candidate(candidate)
         self._out.append(CallEnd(call.index, candidate))
         names = self._declared()[0]
         if names is not None and call.name not in names:
