@@ -103,6 +103,9 @@ class JsonFamilySpec:
     # finds why a piece of content cannot simply be passed on: a character that may start a
     # content marker, or a separator at its end (held: dropped if a call follows)
     text_stop: re.Pattern[str]
+    # the same for reasoning: a character that may start a reasoning marker, or a newline at
+    # the end (held: the newlines before the reasoning close are dropped)
+    thought_stop: re.Pattern[str]
     ends_set: MarkerSet
     reasoning_markers: MarkerSet
     block_markers: MarkerSet  # what may stop a block's JSON: ends, open, close
@@ -155,6 +158,7 @@ def json_family_spec(format: str) -> JsonFamilySpec:
     reasoning = tuple(t for t in (fmt.reasoning_close, block_open, block_close, *_ends(fmt)) if t)
     closes = (block_close,) if block_close else ()
     content_markers = MarkerSet.of(tuple(actions))
+    reasoning_markers = MarkerSet.of(reasoning)
     after_call = (*_ends(fmt), block_open, *((sep + block_open,) if layout == "object" else ()))
     after_call_prefixes = frozenset(m[:k] for m in after_call for k in range(1, len(m) + 1))
     # after a call, these open a block, end the turn or are an error as soon as they begin
@@ -177,8 +181,9 @@ def json_family_spec(format: str) -> JsonFamilySpec:
         content_markers=content_markers,
         content_actions=actions,
         text_stop=re.compile(text_stop),
+        thought_stop=re.compile(reasoning_markers.first_pattern.pattern + r"|\n\Z"),
         ends_set=MarkerSet.of(_ends(fmt)),
-        reasoning_markers=MarkerSet.of(reasoning),
+        reasoning_markers=reasoning_markers,
         block_markers=MarkerSet.of((*_ends(fmt), block_open, *closes)),
         skip_markers=MarkerSet.of((*_ends(fmt), *closes)),
         trailing_markers=MarkerSet.of((*_ends(fmt), block_open) if layout == "object" else _ends(fmt)),
