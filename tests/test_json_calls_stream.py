@@ -6,8 +6,21 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from callgate.parsers import parse, sequential_call_ids, stream_parser
-from callgate.types import ArgumentsDelta, CallEnd, CallStart, DiagnosticEvent, Event, TextDelta, arguments_json
+from callgate.types import (
+    ArgumentsDelta,
+    CallEnd,
+    CallStart,
+    DiagnosticEvent,
+    Event,
+    ReasoningDelta,
+    TextDelta,
+    arguments_json,
+    coalesce,
+)
+from tests.harness import check_split_invariance
 
 
 def _feed(format: str, pieces: list[str], thinking: bool = False) -> list[list[Event]]:
@@ -101,3 +114,63 @@ def test_llama3_bare_json_is_an_answer_when_no_tools_are_enabled() -> None:
     assert [d.code for d in parse("llama3-json", answer).diagnostics] == ["bad_call_object", "trailing_text"]
     tagged = parse("llama3-json", '<|python_tag|>{"name": "f", "parameters": {}}', [])
     assert [d.code for d in tagged.diagnostics] == ["unknown_tool"]
+
+
+# ---- the streaming shortcuts (plain deltas and held markers skip the state machine) -----
+
+SHORTCUT_TEXTS = {
+    "hermes": [
+        "<think>\nFirst, the city.\n\nThen < the > days.\n\n</think>\n\nLooking it up now.\n"
+        '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Zürich \\u00e9\x7f", "note": "a \\"b\\" c"}}\n'
+        "</tool_call>\n<tool_call>\n"
+        '{"arguments": {"k": [1, 2.5, true, null, {"deep": "x"}]}, "name": "get_time"}\n</tool_call><|im_end|>',
+    ],
+    "llama3-json": [
+        'Sure. {"json": "in text"} and more text.<|eot_id|>',
+        '{"name": "get_weather", "parameters": {"city": "Paris \x7f\\n", "days": 3}}<|eot_id|>',
+        '<|python_tag|>{"name": "get_time", "parameters": {}}<|eom_id|>',
+    ],
+    "mistral": [
+        '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris \x7f"}, "id": "Abc123xyz"}]</s>',
+        "A plain [answer] with <brackets>.</s>",
+    ],
+}
+
+
+@pytest.mark.parametrize("format", sorted(SHORTCUT_TEXTS))
+def test_streaming_shortcuts_keep_the_streaming_invariant(format: str) -> None:
+    for text in SHORTCUT_TEXTS[format]:
+        for thinking in (False, True) if format == "hermes" else (False,):
+            result = check_split_invariance(format, text, None, thinking=thinking, splits=60)
+            for size in (1, 3, 4, 5):
+                pieces = [text[i : i + size] for i in range(0, len(text), size)]
+                events = [e for step in _feed(format, pieces, thinking) for e in step]
+                assert coalesce(events) == coalesce([e for step in _feed(format, [text], thinking) for e in step])
+            assert not [d for d in result.diagnostics if d.code != "unknown_tool"], (format, text)
+
+
+def test_a_plain_delta_is_one_event_and_a_held_marker_piece_none() -> None:
+    pieces = [
+        "<think>\nPlan",  # machine: opens reasoning
+        " the call",  # plain reasoning
+        "\n</think>\n\nOk",  # machine: closes reasoning
+        " then",  # plain text
+        "\n<to",  # machine: holds the separator and the start of a marker
+        "ol_c",  # still only the start of a marker: nothing
+        'all>\n{"name": "f", "arguments": {"a": "x',  # machine: the call starts
+        "yz é",  # plain string body: one fragment
+        '"}}',  # machine: the JSON ends
+        "\n</too",  # held: the close tag may follow
+        "l_c",  # still waiting
+        "all><|im_end|>",
+    ]
+    steps = _feed("hermes", pieces)
+    assert steps[1] == [ReasoningDelta(" the call")]
+    assert steps[3] == [TextDelta(" then")]
+    assert steps[5] == []
+    assert steps[7] == [ArgumentsDelta(0, "yz é")]
+    assert steps[10] == []
+    assert [type(e) for e in steps[11]] == [CallEnd]
+    whole = parse("hermes", "".join(pieces), call_ids=sequential_call_ids())
+    assert whole.reasoning == "Plan the call" and whole.content == "Ok then"
+    assert whole.candidates[0].arguments == {"a": "xyz é"}
