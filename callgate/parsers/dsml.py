@@ -31,7 +31,7 @@ from enum import Enum, auto
 
 from callgate.formats import ToolCallFormat
 from callgate.parsers.base import CallIdFactory, ResultBuilder, StreamParser, Tools, tool_names
-from callgate.parsers.dsml_block import BlockReader
+from callgate.parsers.dsml_block import HELD_DISTINCT, HELD_SHORT, BlockReader
 from callgate.parsers.dsml_scan import Buffer, MarkerSet, match_literals
 from callgate.types import (
     CallEnd,
@@ -113,6 +113,7 @@ class DsmlParser:
         self._waiting: list[str] | None = None  # deltas held, unread, until the tag they are in can end
         self._waiting_chars = 0
         self._wait_char, self._wait_left = ">", 1
+        self._block_held = False  # in the block, not waiting, and the buffer holds text back
 
     def feed(self, delta: str) -> list[Event]:
         waiting = self._waiting
@@ -132,13 +133,21 @@ class DsmlParser:
         if state is _BLOCK:
             block = self._block
             assert block is not None
-            events = block.quick(self._buf, delta) if delta else None
+            if not delta:
+                events = None
+            elif self._block_held:
+                events = block.quick_held(self._buf, delta)
+            else:
+                events = block.quick(self._buf, delta)
             if events is None:
                 self._buf.append(delta)
                 return self._read_block()
-            if block.tag_started:
-                block.tag_started = False
-                self._wait(">>")
+            held = block.held
+            if held:  # it held back the start of a marker
+                block.held = 0
+                self._block_held = held == HELD_SHORT
+                if held == HELD_DISTINCT:
+                    self._wait(">>")
             return events
         if (state is _CONTENT or state is _REASONING) and delta and self._markers.starts.search(delta) is None:
             if self._buf.skip_all(delta):  # plain text, nothing held back
@@ -158,7 +167,11 @@ class DsmlParser:
         state = self._state
         if state is _S.BLOCK:
             assert self._block is not None
-            self._wait_if(self._block.waits_for(self._buf))
+            wait_for = self._block.waits_for(self._buf)
+            if wait_for:
+                self._wait(wait_for)
+            else:
+                self._block_held = len(self._buf) > 0
         elif state is _S.AFTER_BLOCK:
             self._wait(">")  # only the end of turn may follow
         return events
@@ -170,7 +183,11 @@ class DsmlParser:
         assert block is not None
         events = block.run(self._buf, final=False)
         if block.failure is None and not block.closed:
-            self._wait_if(block.waits_for(self._buf))
+            wait_for = block.waits_for(self._buf)
+            if wait_for:
+                self._wait(wait_for)
+            else:  # in a value, name or key, maybe holding back a "<" that is likely text
+                self._block_held = len(self._buf) > 0
             return events
         self._state = _S.AFTER_BLOCK if block.failure is None else _S.FAILED
         if block.failure is not None:
@@ -179,10 +196,6 @@ class DsmlParser:
         if self._state is _S.AFTER_BLOCK:
             self._wait(">")
         return self._builder.add(events)
-
-    def _wait_if(self, chars: str) -> None:
-        if chars:
-            self._wait(chars)
 
     def _wait(self, chars: str) -> None:
         """Hold deltas until `chars` (one character, repeated) have come."""

@@ -47,6 +47,10 @@ class _S(IntEnum):  # IntEnum: hashed in C, and states are dictionary keys on th
 
 
 _TEXT_STATES = frozenset((_S.VALUE, _S.NAME, _S.KEY))
+# A value's end marker or the end of turn, from its third character on ("</｜", "<｜e"):
+# nothing else starts so, while "<" and "</" do in ordinary text
+_DISTINCT_CHARS = 3
+HELD_SHORT, HELD_DISTINCT = 1, 2  # values of BlockReader.held
 # An enum member is looked up through its class (~45 ns here against ~15 ns for a module
 # name): `quick` and `waits_for`, on the per-delta path, compare against these.
 _VALUE, _NAME, _KEY, _NAME_END, _OPEN = _S.VALUE, _S.NAME, _S.KEY, _S.NAME_END, _S.OPEN
@@ -165,7 +169,9 @@ class BlockReader:
         self._index = first_index
         self.candidates: list[ToolCallCandidate] = []
         self.failure: Diagnostic | None = None
-        self.tag_started = False  # set by `quick` when it held back the start of a marker
+        # set by `quick` when it held back the start of a marker: HELD_SHORT ("<", "</",
+        # likely text: read again with the next delta) or HELD_DISTINCT (wait for ">>")
+        self.held = 0
         self._chars: list[str] = []  # the name or key being read
         self._raw: list[str] = []  # text of the current invoke
         self._invoke_start = 0
@@ -192,12 +198,14 @@ class BlockReader:
         an invoke name (then the call starts). "" otherwise.
 
         ">>" where the first tag yields nothing that must stream at once: the block name,
-        and a parameter's closing tag (its value ends with the next tag)."""
+        and a parameter's closing tag (its value ends with the next tag). A value holding
+        back less than `_DISTINCT_CHARS` waits for nothing: "<" and "</" are common in text,
+        and waiting there would stall the value (`run` reads the next delta)."""
         state = self._state
-        if not len(buf):
-            if state in _TEXT_STATES:
-                return ""
-        elif state is _VALUE:
+        held = len(buf)
+        if state in _TEXT_STATES and held < _DISTINCT_CHARS:
+            return ""
+        if state is _VALUE:
             return ">>"
         if state is _NAME_END:
             return "\n"
@@ -307,9 +315,9 @@ class BlockReader:
     def quick(self, buf: Buffer, delta: str) -> list[Event] | None:
         """What `run` would do after `buf.append(delta)`, done directly when that is simple.
 
-        Only for a reader outside tag text with nothing held back (`waits_for` is ""):
+        Only for a reader outside tag text with nothing held back:
         value or name text that cannot end it is taken whole; value text followed by the
-        start of a marker is taken and the start held back (then `tag_started` is set: wait for ">>").
+        start of a marker is taken and the start held back (then `held` says how).
         None: `run` must read it (nothing was done)."""
         state = self._state
         if state is _VALUE:
@@ -326,7 +334,7 @@ class BlockReader:
                 return None
             buf.skip(at)
             buf.append(delta[at:])
-            self.tag_started = True
+            self.held = HELD_DISTINCT if len(delta) - at >= _DISTINCT_CHARS else HELD_SHORT
             return self._value_text(delta[:at]) if at else []
         if (state is _NAME or state is _KEY) and _NAME_STOP.search(delta) is None:
             buf.skip(len(delta))
@@ -334,6 +342,19 @@ class BlockReader:
             self._chars.append(delta)
             return []
         return None
+
+    def quick_held(self, buf: Buffer, delta: str) -> list[Event] | None:
+        """`quick` for a value holding back a short start of a marker ("<", "</"): when the
+        held text and `delta` still start one, hold them too (`held` says how). None: `run`
+        must read it (nothing was done)."""
+        if self._state is not _VALUE:
+            return None
+        text = buf.rest() + delta
+        if not self._values.waits(text):
+            return None
+        buf.append(delta)
+        self.held = HELD_DISTINCT if len(text) >= _DISTINCT_CHARS else HELD_SHORT
+        return []
 
     def _value_text(self, text: str) -> list[Event]:
         self._raw.append(text)

@@ -62,6 +62,10 @@ _NAME = re.compile(r"[^\s<>=\"'/]*")
 _MAX_NAME_CHARS = 256  # keeps the hold-back of a tag name bounded
 _MAX_SHOWN_CHARS = 20
 _MAX_WAIT_CHARS = 128  # at most this much text is held unread inside a tag
+# Held text that starts a marker from its fourth character on ("\n</p", "</fu", "<too"):
+# shorter starts ("<", "</", "\n<") are common in text and values, which must not stall
+# waiting for a ">", so they are read again with the next delta instead.
+_DISTINCT_CHARS = 4
 # json.dumps(..., ensure_ascii=False) builds an encoder per call (~1.5 us here); value text
 # is escaped once per delta while it streams
 _ENCODE = json.JSONEncoder(ensure_ascii=False).encode
@@ -175,14 +179,16 @@ class Qwen3XmlParser:
         if chars is None:
             held = self._held
             if state == self._value:
-                chars = ">>\n" if "<" in held else ""
+                if len(held) < _DISTINCT_CHARS:
+                    self._quick = self._quick_held_value if held else self._quick
+                    return
+                chars = ">>\n"
             elif state == self._literal:
                 call = self._call
                 to_value = call.literal == self._sx.sep and call.literal_then == self._open_value
                 chars = "\n" if to_value else ">\n"
             elif state == self._content or state == self._reasoning:
-                # more than "<" held: the start of a tag, not a "<" in the text
-                chars = "" if len(held) < 2 else ">>\n" if self._sx.call_open.startswith(held) else ">"
+                chars = "" if len(held) < _DISTINCT_CHARS else ">>\n" if self._sx.call_open.startswith(held) else ">"
             else:
                 return
         if chars:
@@ -549,6 +555,17 @@ class Qwen3XmlParser:
             self._quick = None
             self._wait_in_tag()
         return out
+
+    def _quick_held_value(self, delta: str) -> list[Event] | None:
+        """A value holding back a short start of a marker ("\n", "\n<", "</"): when the held
+        text and `delta` still start one, hold them too."""
+        held = self._held + delta
+        if held not in self._sx.value.waiting:
+            return None
+        self._held = held
+        self._quick = None
+        self._wait_in_tag()
+        return []
 
     def _quick_start(self, delta: str) -> list[Event] | None:
         """The first delta, when it cannot start the reasoning opener: content."""
