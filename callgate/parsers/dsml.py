@@ -110,24 +110,23 @@ class DsmlParser:
         self._state = _S.REASONING if thinking else _S.CONTENT
         self._block: BlockReader | None = None
         self._builder = ResultBuilder()
-        self._waiting: list[str] | None = None  # deltas held, unread, until the tag they are in can end
-        self._waiting_chars = 0
+        self._waiting: str | None = None  # deltas held, unread, until the tag they are in can end
         self._wait_char, self._wait_left = ">", 1
         self._block_held = False  # in the block, not waiting, and the buffer holds text back
 
     def feed(self, delta: str) -> list[Event]:
         waiting = self._waiting
         if waiting is not None:  # inside a tag: nothing to decide before the awaited characters
-            waiting.append(delta)
-            self._waiting_chars += len(delta)
+            waiting += delta  # at most _MAX_WAIT_CHARS: copying is cheaper than a list
             char = self._wait_char
             if char not in delta or (left := self._wait_left - delta.count(char)) > 0:
                 if char in delta:
                     self._wait_left = left
-                if self._waiting_chars < _MAX_WAIT_CHARS:
+                if len(waiting) < _MAX_WAIT_CHARS:
+                    self._waiting = waiting
                     return []
             self._waiting = None
-            self._buf.append("".join(waiting))
+            self._buf.append(waiting)
             return self._read_block() if self._state is _BLOCK else self._read()
         state = self._state
         if state is _BLOCK:
@@ -199,12 +198,12 @@ class DsmlParser:
 
     def _wait(self, chars: str) -> None:
         """Hold deltas until `chars` (one character, repeated) have come."""
-        self._waiting, self._waiting_chars = [], 0
+        self._waiting = ""
         self._wait_char, self._wait_left = chars[0], len(chars)
 
     def finish(self) -> list[Event]:
         if self._waiting is not None:
-            self._buf.append("".join(self._waiting))
+            self._buf.append(self._waiting)
             self._waiting = None
         events = self._run(final=True)
         if self._state is _S.REASONING:

@@ -323,7 +323,7 @@ class BlockReader:
         if state is _VALUE:
             stop = self._value_stop.search(delta)
             if stop is None:  # the common case first: nothing that can end the value or needs escaping
-                buf.skip(len(delta))
+                buf.base += len(delta)
                 self._raw.append(delta)
                 return [ArgumentsDelta(self._index, delta)] if self._is_str else []
             if "<" not in delta:

@@ -17,35 +17,37 @@ from dataclasses import dataclass
 class Buffer:
     """Unconsumed output text. `offset` is the absolute position of the next character;
     `pos` (read only outside) changes only by `take` between two `append`s, so comparing
-    it tells whether a step consumed anything."""
+    it tells whether a step consumed anything. `base` is the offset of the text's start:
+    a per-delta fast path that handles text without the buffer, while nothing is
+    unconsumed, adds its length there directly (what `skip` does, without the call)."""
 
-    __slots__ = ("_base", "_text", "pos")
+    __slots__ = ("_text", "base", "pos")
 
     def __init__(self) -> None:
         self._text = ""
         self.pos = 0
-        self._base = 0
+        self.base = 0
 
     def append(self, delta: str) -> None:
         # the unconsumed tail is at most one marker long after each run, so this copy is small
-        self._base += self.pos
+        self.base += self.pos
         self._text = self._text[self.pos :] + delta
         self.pos = 0
 
     def skip(self, n: int) -> None:
         """Count `n` characters handled outside the buffer (only when nothing is unconsumed)."""
-        self._base += n  # the text is all consumed: offset = _base + pos moves by n
+        self.base += n  # the text is all consumed: offset = base + pos moves by n
 
     def skip_all(self, delta: str) -> bool:
         """`skip(len(delta))` when nothing is unconsumed (True); else nothing (False)."""
         if self.pos != len(self._text):
             return False
-        self._base += len(delta)
+        self.base += len(delta)
         return True
 
     @property
     def offset(self) -> int:
-        return self._base + self.pos
+        return self.base + self.pos
 
     def rest(self) -> str:
         return self._text[self.pos :]

@@ -118,8 +118,7 @@ class Qwen3XmlParser:
             self._recover: ">",
             self._stray: ">",
         }
-        self._waiting: list[str] | None = None  # deltas held unread until the awaited characters
-        self._waiting_chars = 0
+        self._waiting: str | None = None  # deltas held unread until the awaited characters
         self._wait_for = ">"  # the characters still awaited, in order
         # the current state's fast path while nothing is held or awaited (else None): set
         # where the state, the held text or the wait change (`_read`, `_hold`, `finish`)
@@ -140,13 +139,13 @@ class Qwen3XmlParser:
             return []
         waiting = self._waiting
         if waiting is not None:  # inside a tag: nothing to decide before the awaited characters
-            waiting.append(delta)
-            self._waiting_chars += len(delta)
+            waiting += delta  # at most _MAX_WAIT_CHARS: copying is cheaper than a list
             if self._wait_for[0] not in delta or not self._seen(delta):
-                if self._waiting_chars < _MAX_WAIT_CHARS:
+                if len(waiting) < _MAX_WAIT_CHARS:
+                    self._waiting = waiting
                     return []
             self._waiting = None
-            return self._read("".join(waiting))
+            return self._read(waiting)
         return self._read(delta)
 
     def _read(self, delta: str) -> list[Event]:
@@ -192,7 +191,7 @@ class Qwen3XmlParser:
             else:
                 return
         if chars:
-            self._waiting, self._waiting_chars, self._wait_for = [], 0, chars
+            self._waiting, self._wait_for = "", chars
 
     def _seen(self, delta: str) -> bool:
         """Count the awaited characters in `delta`; True when all have come."""
@@ -212,7 +211,7 @@ class Qwen3XmlParser:
             return []
         events: list[Event] = []
         if self._waiting is not None:
-            events = self._read("".join(self._waiting))
+            events = self._read(self._waiting)
             self._waiting = None
         self._done = True
         self._quick = None
