@@ -151,6 +151,7 @@ def test_engine_mask_log_reads_per_token_times_since_a_mark(tmp_path: Path, monk
         f.write("30000 3 1000\n50000 1 0\n7")  # a torn last line is skipped
     assert mark == 1
     assert log.token_us(mark) == [10.0, 50.0]
+    assert log.token_us(mark, budget=False) == [29000 / 3 / 1e3, 50.0]
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")  # vLLM's OpenAI entrypoints import torch.jit
