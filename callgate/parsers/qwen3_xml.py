@@ -120,8 +120,9 @@ class Qwen3XmlParser:
         }
         self._waiting: str | None = None  # deltas held unread until the awaited characters
         self._wait_for = ">"  # the characters still awaited, in order
-        # the current state's fast path while nothing is held or awaited (else None): set
-        # where the state, the held text or the wait change (`_read`, `_hold`, `finish`)
+        # the current state's fast path while nothing is awaited (else None): set where the
+        # state, the held text or the wait change (`_read`, `_wait_in_tag`, the fast paths
+        # that hold text back, `finish`)
         self._quick = self._fast.get(self._state)
         self._plain_value = syntax.plain_value.search  # the per-delta searches, bound once
         self._content_start = syntax.content.starts.search
