@@ -61,9 +61,14 @@ class ShortestText:
         return best
 
     def _expand(
-        self, key: str, index: Any, frontier: Sequence[int], parents: dict[int, tuple[int, int]], depth: int,
+        self,
+        key: str,
+        index: Any,
+        frontier: Sequence[int],
+        parents: dict[int, tuple[int, int]],
+        depth: int,
         best: bytes | None,
-    ) -> tuple[list[int], bytes | None]:  # fmt: skip
+    ) -> tuple[list[int], bytes | None]:
         nxt: list[int] = []
         for s in frontier:
             for byte, token in self.byte_tokens:
