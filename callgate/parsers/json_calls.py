@@ -20,6 +20,12 @@ the arguments, or the mistral list, whose native ids follow the arguments) is se
 call's end. A CallStart without a CallEnd means the block turned out malformed: a
 DiagnosticEvent follows and there is no candidate.
 
+Most deltas do not run the state machine (measured: 87 of 99 per hermes benchmark output,
+with 4-character deltas): with nothing held back, a delta of plain content or reasoning
+becomes one event, and a delta of a block's JSON goes straight to the scanner (one step and
+one fragment when it lies inside a string); a delta that only extends a held start of a
+marker is held on. Each gives the events and offsets the machine gives.
+
 Diagnostic codes are the golden reason codes: unterminated_block, invalid_json,
 duplicate_key, bad_call_object, arguments_not_object, trailing_text, text_between_calls,
 unbalanced_tags, missing_think_end, call_in_reasoning, stray_think_tag, empty_call_block,
@@ -75,9 +81,8 @@ class JsonCallParser:
         # none are, tools=None that the caller did not say.
         self._bare_calls = tools is None or len(tools) > 0
         self._builder = ResultBuilder()
-        self._build_text = self._builder.text  # the text shortcut's way into the result
-        self._thought_stop = spec.thought_stop.search
         self._text_stop = spec.text_stop.search
+        self._thought_stop = spec.thought_stop.search
         self._events: list[Event] = []
         self._calls = CallEmitter(spec.format, tool_names(tools), call_ids, self._events)
         self._buf = ""
@@ -138,7 +143,7 @@ class JsonCallParser:
             return self._streamed() if j == RUNNING else []
         if fast == _FAST_TEXT and delta and self._text_stop(delta) is None:
             self._base += len(delta)
-            self._build_text(delta)
+            self._builder.text(delta)
             return [TextDelta(delta)]
         if fast == _FAST_REASONING and delta and self._thought_stop(delta) is None:
             self._base += len(delta)
