@@ -89,6 +89,7 @@ class HeadsSample:
     hit_rate: float  # mean over heads
     completion_tokens: int
     hit_rates: dict[str, float]  # per head
+    done_s: dict[str, float]  # per head: seconds from the start to its end
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,18 +129,27 @@ async def heads_once(
     first = None
     async for d in await main_generation(engine, f"warm-{size}-{i}-{cached}", msgs, 1):
         first = d
+    conv, rid = Conversation(tuple(msgs)), f"h-{size}-{i}-{cached}"
     started = time.perf_counter()
-    result = await quick.run(Conversation(tuple(msgs)), tasks, request_id=f"h-{size}-{i}-{cached}")
+    done_s: dict[str, float] = {}
+
+    async def head(task: str) -> Any:  # QuickService.run's gather, each head's end recorded
+        run = await quick.run_head(conv, task, f"{rid}-{task}")
+        done_s[task] = round(time.perf_counter() - started, 4)
+        return run
+
+    runs = await asyncio.gather(*(head(t) for t in tasks))
     wall_s = time.perf_counter() - started
-    rates = [r.hit_rate for r in result.runs if r.prompt_tokens]
+    rates = [r.hit_rate for r in runs if r.prompt_tokens]
     return HeadsSample(
         size,
         first.prompt_tokens if first else 0,
         cached,
         wall_s,
         statistics.fmean(rates) if rates else 0.0,
-        sum(r.completion_tokens for r in result.runs),
-        result.prefix_cache(),
+        sum(r.completion_tokens for r in runs),
+        {r.task: round(r.hit_rate, 4) for r in runs},
+        done_s,
     )
 
 
@@ -247,6 +257,9 @@ def summarise(heads: list[HeadsSample], streams: list[StreamSample]) -> dict[str
                     "hit_rate_per_head": {
                         t: round(statistics.fmean(h.hit_rates.get(t, 0.0) for h in hs), 3) for t in TASKS
                     },
+                    "done_ms_median_per_head": {
+                        t: round(statistics.median(h.done_s.get(t, 0.0) for h in hs) * 1000, 1) for t in TASKS
+                    },
                 }
         if "cached" in row and "uncached" in row:
             row["speedup"] = round(row["uncached"]["wall_ms_median"] / row["cached"]["wall_ms_median"], 2)
@@ -286,6 +299,7 @@ def print_table(summary: Mapping[str, Any]) -> None:
     for size, row in summary["heads"].items():
         if "cached" in row:
             print(f"hit rate per head at ~{size} tokens (cached): {row['cached']['hit_rate_per_head']}")
+            print(f"  each head done after (ms, median): {row['cached']['done_ms_median_per_head']}")
 
 
 def chart(summary: Mapping[str, Any], path: Path) -> None:
