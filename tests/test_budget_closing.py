@@ -21,7 +21,7 @@ import pytest
 import torch
 
 import callgate.constraints as constraints
-from callgate.constraints.budget import DEFAULT_BOUND
+from callgate.constraints.budget import DEFAULT_BOUND, shortest_output_tokens
 from callgate.constraints.distance import TokenDistances
 from callgate.constraints.processor import ConstrainedBatch, TokenTable
 from callgate.formats import get_format
@@ -85,8 +85,17 @@ def grammar(fmt: str, parallel: bool = False) -> constraints.Constraint:
 @cache
 def shortest(fmt: str) -> int:
     """Tokens of the grammar's shortest output, EOS included (D of the initial state + 1)."""
-    c = grammar(fmt)
-    return TokenDistances(table().by_bytes).get(c.key, c.index, c.index.get_initial_state()) + 1
+    return shortest_output_tokens(grammar(fmt).index, table().by_bytes)
+
+
+def test_the_shortest_output_is_what_the_tokenizer_makes_of_the_shortest_text() -> None:
+    smol = _smol()
+    for fmt in FORMATS:
+        c = grammar(fmt)
+        text = TokenDistances(table().by_bytes).text.get("k", c.index, c.index.get_initial_state())
+        assert text is not None
+        assert shortest(fmt) <= len(smol.encode(text.decode())) + 1  # longest-first is no worse here
+        assert parse(fmt, text.decode() + get_format(fmt).eos, TOOLS).diagnostics == ()
 
 
 def params(c: constraints.Constraint, max_tokens: int | None) -> Params:
