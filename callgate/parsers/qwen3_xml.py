@@ -104,7 +104,7 @@ class Qwen3XmlParser:
         self._call = Call(0)
         # state -> what it does with a delta when nothing is held, without the machine;
         # None: the machine must read it
-        self._fast: dict[State, Callable[[str], list[Event] | None]] = {
+        self._fast: dict[State, Callable[[str], list[Event]]] = {
             self._start: self._quick_start,
             self._content: self._quick_content,
             self._reasoning: self._quick_reasoning,
@@ -114,40 +114,41 @@ class Qwen3XmlParser:
         self._tag_waits: dict[State, str] = {
             self._name: ">\n",
             self._body: ">\n",
-            self._between: ">>\n",  # "<tool_call>" yields nothing: wait for the function name
+            self._between: ">>>\n",  # "\n<tool_call>" yields nothing: see `_wait_in_tag`
             self._recover: ">",
             self._stray: ">",
         }
-        self._waiting: str | None = None  # deltas held unread until the awaited characters
+        self._waiting = ""  # deltas held unread until the awaited characters (feed is _feed_wait)
         self._wait_for = ">"  # the characters still awaited, in order
-        # the current state's fast path while nothing is awaited (else None): set where the
-        # state, the held text or the wait change (`_read`, `_wait_in_tag`, the fast paths
-        # that hold text back, `finish`)
-        self._quick = self._fast.get(self._state)
+        # `feed` is an attribute, not a method: the current state's fast path, the wait, or
+        # the machine, so that a delta costs one call. It is set where the state, the held
+        # text or the wait change (`_read`, `_wait_in_tag`, the fast paths, `finish`).
+        self.feed: Callable[[str], list[Event]] = self._fast.get(self._state) or self._feed_read
         self._plain_value = syntax.plain_value.search  # the per-delta searches, bound once
         self._content_start = syntax.content.starts.search
+        # `in` is ~4x cheaper than the search: content deltas seldom hold a marker's first
+        # character; "" (always in) when the markers start with different characters
+        self._content_first = syntax.content.firsts if len(syntax.content.firsts) == 1 else ""
 
     # ---- driving -------------------------------------------------------------------------
 
-    def feed(self, delta: str) -> list[Event]:
-        quick = self._quick
-        if quick is not None and delta:  # token-sized deltas in the middle of text or a value
-            events = quick(delta)
-            if events is not None:
-                return events
-            return self._read(delta)
-        if self._done or not delta:
-            return []
-        waiting = self._waiting
-        if waiting is not None:  # inside a tag: nothing to decide before the awaited characters
-            waiting += delta  # at most _MAX_WAIT_CHARS: copying is cheaper than a list
-            if self._wait_for[0] not in delta or not self._seen(delta):
-                if len(waiting) < _MAX_WAIT_CHARS:
-                    self._waiting = waiting
-                    return []
-            self._waiting = None
+    def _feed_read(self, delta: str) -> list[Event]:
+        return self._read(delta) if delta else []
+
+    def _feed_wait(self, delta: str) -> list[Event]:
+        """Inside a tag: nothing to decide before the awaited characters (`_wait_in_tag`)."""
+        waiting = self._waiting + delta  # at most _MAX_WAIT_CHARS: copying is cheaper than a list
+        awaited = self._wait_for
+        if (awaited[0] in delta and (len(awaited) == 1 or self._seen(delta))) or len(waiting) >= _MAX_WAIT_CHARS:
+            self._waiting = ""
             return self._read(waiting)
-        return self._read(delta)
+        self._waiting = waiting
+        return []
+
+    @staticmethod
+    def _feed_done(delta: str) -> list[Event]:
+        del delta
+        return []
 
     def _read(self, delta: str) -> list[Event]:
         """Run the machine on the held text and `delta`; wait where it stops inside a tag."""
@@ -162,25 +163,29 @@ class Qwen3XmlParser:
                 break
         held = self._held = buf[pos:]
         self._base += pos
-        quick = self._quick = None if held else self._fast.get(self._state)
-        if quick is None:  # a fast path needs no wait
+        quick = None if held else self._fast.get(self._state)
+        if quick is None:
             self._wait_in_tag()
+        else:  # a fast path needs no wait
+            self.feed = quick
         return out
 
     def _wait_in_tag(self) -> None:
         """Where the machine stopped inside tag text, hold the next deltas unread until the
         characters come, in order, after which reading on can yield something: the ">" that
         ends the tag, then the "\n" after it (before a value or the next tag). After a value's
-        closing tag and after a call opener, the next tag too (">>\n": they yield nothing
-        before it). Reading later changes nothing but when the tags' events come out: the
-        machine gives the same events for any split."""
+        closing tag, the next tag too (">>\n": it yields nothing before it). After a call
+        opener, the function tag and the first parameter tag (">>>\n"): `CallStart` comes
+        with the first parameter's key, one machine run instead of two. Reading later
+        changes nothing but when the tags' events come out: the machine gives the same
+        events for any split. Sets `feed`."""
         state = self._state
         chars = self._tag_waits.get(state)
         if chars is None:
             held = self._held
             if state == self._value:
                 if len(held) < _DISTINCT_CHARS:
-                    self._quick = self._quick_held_value if held else self._quick
+                    self.feed = self._quick_held_value if held else self._quick_value
                     return
                 chars = ">>\n"
             elif state == self._literal:
@@ -188,34 +193,35 @@ class Qwen3XmlParser:
                 to_value = call.literal == self._sx.sep and call.literal_then == self._open_value
                 chars = "\n" if to_value else ">\n"
             elif state == self._content or state == self._reasoning:
-                chars = "" if len(held) < _DISTINCT_CHARS else ">>\n" if self._sx.call_open.startswith(held) else ">"
+                chars = "" if len(held) < _DISTINCT_CHARS else ">>>\n" if self._sx.call_open.startswith(held) else ">"
             else:
-                return
+                chars = ""
         if chars:
             self._waiting, self._wait_for = "", chars
+            self.feed = self._feed_wait
+        else:
+            self.feed = self._feed_read
 
     def _seen(self, delta: str) -> bool:
-        """Count the awaited characters in `delta`; True when all have come."""
-        awaited, at = self._wait_for, 0
-        if len(awaited) == 1:  # the caller found it
-            return True
-        while awaited:
-            at = delta.find(awaited[0], at) + 1
+        """Count the awaited characters in `delta` (the first is in it); True when all have come."""
+        awaited = self._wait_for
+        at = delta.find(awaited[0]) + 1
+        for k in range(1, len(awaited)):
+            at = delta.find(awaited[k], at) + 1
             if not at:
-                break
-            awaited = awaited[1:]
-        self._wait_for = awaited or ">"
-        return not awaited
+                self._wait_for = awaited[k:]
+                return False
+        return True
 
     def finish(self) -> list[Event]:
         if self._done:
             return []
         events: list[Event] = []
-        if self._waiting is not None:
+        if self.feed == self._feed_wait:
             events = self._read(self._waiting)
-            self._waiting = None
+            self._waiting = ""
         self._done = True
-        self._quick = None
+        self.feed = self._feed_done
         self._out = []
         end = self._base + len(self._held)
         self._finish_state(self._held, end)
@@ -527,11 +533,11 @@ class Qwen3XmlParser:
 
     # ---- shortcuts for feed: the machine's outcome, with less work ------------------------
 
-    def _quick_value(self, delta: str) -> list[Event] | None:
+    def _quick_value(self, delta: str) -> list[Event]:
         """A value delta without a whole marker: its text is taken, up to where a marker may
         start (held back, as `_value` does)."""
         call = self._call
-        if self._plain_value(delta) is None:  # the common case: nothing to escape
+        if self._plain_value(delta) is None and delta:  # the common case: nothing to escape
             self._base += len(delta)
             call.raw.append(delta)
             # argument fragments do not change the result: the builder needs not see them
@@ -545,48 +551,45 @@ class Qwen3XmlParser:
         elif scanner.pattern.search(delta) is None:  # a newline in the value, say
             at = scanner.safe_end(delta, 0)
         else:
-            return None
+            return self._read(delta)
         self._base += at
         out: list[Event] = []
         self._out = out
         self._value_text(delta[:at])
         if at < len(delta):
             self._held = delta[at:]
-            self._quick = None
             self._wait_in_tag()
         return out
 
-    def _quick_held_value(self, delta: str) -> list[Event] | None:
+    def _quick_held_value(self, delta: str) -> list[Event]:
         """A value holding back a short start of a marker ("\n", "\n<", "</"): when the held
         text and `delta` still start one, hold them too."""
         held = self._held + delta
         if held not in self._sx.value.waiting:
-            return None
+            return self._read(delta)
         self._held = held
-        self._quick = None
         self._wait_in_tag()
         return []
 
-    def _quick_start(self, delta: str) -> list[Event] | None:
+    def _quick_start(self, delta: str) -> list[Event]:
         """The first delta, when it cannot start the reasoning opener: content."""
-        if delta[0] == self._sx.think_open[0]:
-            return None
+        if not delta or delta[0] == self._sx.think_open[0]:
+            return self._feed_read(delta)
         self._state = self._content
-        self._quick = self._quick_content
+        self.feed = self._quick_content
         return self._quick_content(delta)
 
-    def _quick_content(self, delta: str) -> list[Event] | None:
-        start = self._content_start(delta)
+    def _quick_content(self, delta: str) -> list[Event]:
+        start = self._content_start(delta) if self._content_first in delta else None
         if start is not None:  # text and then the start of a tag (more than a "<") is held back
             at = start.start()
             held = delta[at:]
             if len(held) < 2 or held not in self._sx.content.waiting:
-                return None
+                return self._read(delta)
             self._base += at
             self._out = []
             self._emit_content(delta[:at])
             self._held = held
-            self._quick = None
             self._wait_in_tag()
             return self._out
         self._base += len(delta)
@@ -600,9 +603,9 @@ class Qwen3XmlParser:
         self._builder.text(text)
         return [TextDelta(text)]
 
-    def _quick_reasoning(self, delta: str) -> list[Event] | None:
+    def _quick_reasoning(self, delta: str) -> list[Event]:
         if self._sx.reasoning.starts.search(delta) is not None:
-            return None
+            return self._read(delta)
         self._base += len(delta)
         self._out = []
         self._emit_reasoning(delta)
