@@ -14,8 +14,8 @@ O(len(delta)) amortised and never re-scans. parse(text) == feed(text) + finish()
 A delta that arrives with nothing held and holds no character that can start one of
 the current state's markers skips the machine (text, reasoning and value fragments; value
 text followed by the start of its end marker too). Inside tag text the machine can only
-hold text back until the tag ends, so deltas are collected unread until the character
-that can end it arrives (at most _MAX_WAIT_CHARS), then read at once (`_wait_in_tag`).
+hold text back until the tag ends, so deltas are collected unread until the newline that
+follows the tag arrives (at most _MAX_WAIT_CHARS), then read at once (`_wait_in_tag`).
 Markers and scanners come from qwen3_xml_syntax; typed values from qwen3_xml_values.
 
 Decisions where the golden rules leave room, all documented here:
@@ -111,15 +111,16 @@ class Qwen3XmlParser:
             self._value: self._quick_value,
         }
         # tag states -> what they wait for before reading on (see `_wait_in_tag`)
-        self._tag_waits: dict[State, str] = {
-            self._name: ">\n",
-            self._body: ">\n",
-            self._between: ">>>\n",  # "\n<tool_call>" yields nothing: see `_wait_in_tag`
-            self._recover: ">",
-            self._stray: ">",
+        sep, end = syntax.sep[-1], syntax.tag_end
+        self._tag_waits: dict[State, tuple[str, int]] = {
+            self._name: (sep, 1),
+            self._body: (sep, 1),
+            self._recover: (end, 1),
+            self._stray: (end, 1),
         }
         self._waiting = ""  # deltas held unread until the awaited characters (feed is _feed_wait)
-        self._wait_for = ">"  # the characters still awaited, in order
+        self._wait_char = "\n"  # the character awaited ...
+        self._wait_left = 1  # ... and how many more times
         # `feed` is an attribute, not a method: the current state's fast path, the wait, or
         # the machine, so that a delta costs one call. It is set where the state, the held
         # text or the wait change (`_read`, `_wait_in_tag`, the fast paths, `finish`).
@@ -138,8 +139,13 @@ class Qwen3XmlParser:
     def _feed_wait(self, delta: str) -> list[Event]:
         """Inside a tag: nothing to decide before the awaited characters (`_wait_in_tag`)."""
         waiting = self._waiting + delta  # at most _MAX_WAIT_CHARS: copying is cheaper than a list
-        awaited = self._wait_for
-        if (awaited[0] in delta and (len(awaited) == 1 or self._seen(delta))) or len(waiting) >= _MAX_WAIT_CHARS:
+        char = self._wait_char
+        if char in delta:
+            left = self._wait_left = self._wait_left - delta.count(char)
+            if left <= 0:
+                self._waiting = ""
+                return self._read(waiting)
+        if len(waiting) >= _MAX_WAIT_CHARS:
             self._waiting = ""
             return self._read(waiting)
         self._waiting = waiting
@@ -171,47 +177,39 @@ class Qwen3XmlParser:
         return out
 
     def _wait_in_tag(self) -> None:
-        """Where the machine stopped inside tag text, hold the next deltas unread until the
-        characters come, in order, after which reading on can yield something: the ">" that
-        ends the tag, then the "\n" after it (before a value or the next tag). After a value's
-        closing tag, the next tag too (">>\n": it yields nothing before it). After a call
-        opener, the function tag and the first parameter tag (">>>\n"): `CallStart` comes
-        with the first parameter's key, one machine run instead of two. Reading later
+        """Where the machine stopped inside tag text, hold the next deltas unread until
+        reading on can yield something. Every tag of a block is followed by a newline, so the
+        wait counts newlines: the one after the tag being read (before a value or the next
+        tag); after a value's closing tag, the one after the next tag too (it yields nothing
+        before it); after a call opener, the ones after the function tag and the first
+        parameter tag (`CallStart` comes with the first parameter's key: one machine run
+        instead of two). Text outside blocks waits for the ">" of its tag. Reading later
         changes nothing but when the tags' events come out: the machine gives the same
         events for any split. Sets `feed`."""
         state = self._state
-        chars = self._tag_waits.get(state)
-        if chars is None:
-            held = self._held
+        wait = self._tag_waits.get(state)
+        if wait is None:
+            held, sx = self._held, self._sx
             if state == self._value:
                 if len(held) < _DISTINCT_CHARS:
                     self.feed = self._quick_held_value if held else self._quick_value
                     return
-                chars = ">>\n"
+                wait = (sx.sep[-1], 2)
             elif state == self._literal:
                 call = self._call
-                to_value = call.literal == self._sx.sep and call.literal_then == self._open_value
-                chars = "\n" if to_value else ">\n"
-            elif state == self._content or state == self._reasoning:
-                chars = "" if len(held) < _DISTINCT_CHARS else ">>>\n" if self._sx.call_open.startswith(held) else ">"
+                to_value = call.literal == sx.sep and call.literal_then == self._open_value
+                wait = (sx.sep[-1], call.literal.count(sx.sep[-1]) + (not to_value))
+            elif state == self._between:  # "\n<tool_call>" yields nothing: as after a call opener
+                wait = (sx.sep[-1], 4 - held.count(sx.sep[-1]))
+            elif (state == self._content or state == self._reasoning) and len(held) >= _DISTINCT_CHARS:
+                opener = state == self._content and sx.call_open.startswith(held)
+                wait = (sx.sep[-1], 3) if opener else (sx.tag_end, 1)
             else:
-                chars = ""
-        if chars:
-            self._waiting, self._wait_for = "", chars
-            self.feed = self._feed_wait
-        else:
-            self.feed = self._feed_read
-
-    def _seen(self, delta: str) -> bool:
-        """Count the awaited characters in `delta` (the first is in it); True when all have come."""
-        awaited = self._wait_for
-        at = delta.find(awaited[0]) + 1
-        for k in range(1, len(awaited)):
-            at = delta.find(awaited[k], at) + 1
-            if not at:
-                self._wait_for = awaited[k:]
-                return False
-        return True
+                self.feed = self._feed_read
+                return
+        self._waiting = ""
+        self._wait_char, self._wait_left = wait
+        self.feed = self._feed_wait
 
     def finish(self) -> list[Event]:
         if self._done:
@@ -573,7 +571,8 @@ class Qwen3XmlParser:
 
     def _quick_start(self, delta: str) -> list[Event]:
         """The first delta, when it cannot start the reasoning opener: content."""
-        if not delta or delta[0] == self._sx.think_open[0]:
+        opener = self._sx.think_open
+        if not delta or opener.startswith(delta[: len(opener)]):
             return self._feed_read(delta)
         self._state = self._content
         self.feed = self._quick_content
