@@ -28,14 +28,16 @@ every case is rendered with callgate.templates and generated greedily by the rea
 Every output is parsed by callgate.parsers (the strict parser) and each candidate's
 arguments validated against its tool's schema (jsonschema). Metrics per configuration:
 parse-error rate over ALL outputs (a call block cut by `max_tokens` is a parse error) and
-over outputs that ended on EOS (the earlier definition), natural finishes (EOS before
-`max_tokens`) against outputs that used the whole budget (`completion tokens ==
-max_tokens`): `closed` when EOS was the last token (callgate's budget closing ends a
-constrained call there; the server reports finish_reason "length"), `cut` otherwise;
-call rate, schema-valid rate, expected-function rate, output
-tok/s (decode wall time of the configuration's chunks), grammar compile p50/p99 and
-per-token mask time p50/p99 (callgate: from the engine process when the processor writes
-its step log, see `EngineMaskLog`; vllm: replayed).
+over outputs that ended on EOS (the earlier definition); natural finishes (EOS before
+`max_tokens`) against outputs that used the whole budget: `closed` when EOS was the last
+token (callgate's budget closing ends a constrained call there; the server reports
+finish_reason "length"), `cut` otherwise; call rate, schema-valid rate, expected-function
+rate, output tok/s (decode wall time of the configuration's chunks, prefill included),
+grammar compile p50/p99, and per-token mask time p50/p99 (callgate: the engine process's
+step log, see `EngineMaskLog`, also without its budget-closing part; vllm: replayed). A
+case callgate or vLLM refuses, or a request the engine fails, is counted and its first
+reason printed under the row. A warm-up (two hermes `required` cases per system) runs
+first and is not reported.
 
 Targets (issue #4): zero parse errors and 100 % schema-valid under `required` and `named`;
 constrained tok/s >= 90 % of unconstrained; mask p50 <= 50 us.
