@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from callgate.parsers.json_scan import JsonScanner
+from callgate.parsers.json_scan import PLAIN_KEPT, PLAIN_STREAMED, RUNNING, JsonScanner
 from tests.harness import json_values, random_split
 
 
@@ -145,3 +145,64 @@ def test_random_text_verdict(text: str) -> None:
     except (ValueError, RecursionError):
         valid = False
     assert _accepts(text) == valid
+
+
+# ---- feed_delta: the streaming parser's entry, with its one-step shortcut for string body ----
+
+
+def _scan_deltas(pieces: list[str], **kwargs: Any) -> tuple[JsonScanner, int, str]:
+    """As _scan, through feed_delta; also the streamed text: `out` as it fills, plus each
+    piece feed_delta says is a plain fragment of the streamed arguments."""
+    scanner = JsonScanner(**kwargs)
+    consumed, streamed = 0, []
+    for piece in pieces:
+        j = scanner.feed_delta(piece)
+        if j == PLAIN_STREAMED:
+            streamed.append(piece)
+        streamed.extend(scanner.out)
+        scanner.out.clear()
+        if j >= 0:
+            return scanner, consumed + j, "".join(streamed)
+        consumed += len(piece)
+    scanner.finish()
+    return scanner, consumed, "".join(streamed)
+
+
+@pytest.mark.parametrize("text", TEXTS)
+def test_feed_delta_gives_the_verdict_of_feed(text: str) -> None:
+    whole, consumed = _scan([text])
+    for size in (1, 2, 3, 4):
+        split, split_consumed, _ = _scan_deltas([text[i : i + size] for i in range(0, len(text), size)])
+        assert (split.done, split.failed, split.error, split_consumed) == (
+            whole.done,
+            whole.failed,
+            whole.error,
+            consumed,
+        )
+
+
+@settings(max_examples=200, deadline=None)
+@given(CALL_OBJECTS, st.booleans(), st.integers(min_value=0, max_value=2**16))
+def test_feed_delta_streams_the_canonical_arguments(call: dict[str, Any], ascii: bool, seed: int) -> None:
+    text = json.dumps(call, ensure_ascii=ascii)
+    pieces = random_split(text, random.Random(seed), max_piece=5)
+    scanner, consumed, streamed = _scan_deltas(pieces, name_key="name", capture_key="arguments")
+    assert scanner.done and consumed == len(text)
+    assert scanner.name == call["name"] and scanner.top_keys == ["name", "arguments"]
+    assert streamed == json.dumps(call["arguments"], ensure_ascii=False)
+
+
+def test_feed_delta_reads_plain_string_body_in_one_step() -> None:
+    scanner = JsonScanner("name", "arguments")
+    assert scanner.feed_delta('{"na') == RUNNING
+    assert scanner.feed_delta("me") == PLAIN_KEPT  # a key: kept, not streamed
+    assert scanner.feed_delta('": "get_') == RUNNING
+    assert scanner.feed_delta("weather") == PLAIN_KEPT  # the name
+    assert scanner.feed_delta('", "arguments": {"a": "') == RUNNING
+    assert scanner.out == ["{", '"a"', ": ", '"']
+    scanner.out.clear()
+    assert scanner.feed_delta("é \x7f") == PLAIN_STREAMED  # printable or not, nothing to escape
+    assert scanner.feed_delta("a\tb") == 1  # a raw control character: the machine errs there
+    assert scanner.failed and scanner.error is not None
+    assert scanner.error.offset == len('{"name": "get_weather", "arguments": {"a": "é \x7fa')
+    assert scanner.name == "get_weather"
