@@ -118,3 +118,17 @@ def test_a_tag_that_never_ends_is_diagnosed_within_the_wait_bound(fmt: str) -> N
     diagnosed = _first_feed(fed, lambda ev: isinstance(ev, DiagnosticEvent))
     assert diagnosed < len(broken), "the diagnostic waited for the end of the output"
     assert diagnosed <= cut + WAIT_BOUND_CHARS
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_empty_deltas_yield_nothing_and_change_nothing(fmt: str) -> None:
+    # each state has its own fast path for a delta: an empty one must be a no-op in all of them
+    text = "<think>\nplan</think>\n\n" + _output(fmt) if fmt == "qwen3-xml" else _output(fmt)
+    plain = _stream(fmt, text)
+    parser = stream_parser(fmt, TOOLS, call_ids=sequential_call_ids())
+    events: list[Event] = list(parser.feed(""))
+    for i in range(0, len(text), DELTA_CHARS):
+        events += parser.feed(text[i : i + DELTA_CHARS])
+        assert parser.feed("") == []
+    events += parser.finish()
+    assert events == [ev for _, evs in plain for ev in evs]
