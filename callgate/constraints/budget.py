@@ -20,6 +20,13 @@ d = min need - 1 (at most D(state)):
 * slack < 0 (the row started with fewer tokens left than its shortest output, or a trigger
   came too late): nothing can close in time; the grammar's mask stands and the output is
   cut at max_tokens as before (the parser reports the unterminated call).
+
+Gate (a heuristic, not a proof; halves the cost on replayed BFCL outputs): most states a
+request reaches are new (every request has its own grammar key), and a new state's plan
+costs ~1.5 ms (successors + their distances). A state is not planned while its slack
+exceeds the largest one-token rise of D seen in this grammar's plans plus a whole call
+(D of the initial state, what opening another call costs); a rise never seen before that
+is larger than this could make a row late.
 """
 
 from __future__ import annotations
@@ -127,13 +134,24 @@ class BudgetCloser:
         self.eos_token_id, self.bound, self.budget_bytes = eos_token_id, bound, budget_bytes
         self.plans: OrderedDict[tuple[str, int, int], StatePlan] = OrderedDict()
         self.used_bytes = 0
+        self.jumps: dict[str, int] = {}  # per key: the largest max-need - 2 - D(state) seen in a plan
 
     def mask(self, key: str, index: Any, state: int, remaining: int, n_words: int) -> torch.Tensor | None:
         """The restricted bitmask row, or None to keep the grammar's mask. Raises
         LookupError when a distance search gave up: the caller stops closing that row."""
-        if remaining > self.bound:
+        if remaining > self.bound or self._far(key, index, state, remaining):
             return None
         return choose(self.plan(key, index, state, n_words), remaining)
+
+    def _far(self, key: str, index: Any, state: int, remaining: int) -> bool:
+        """Heuristic gate (not a proof): the plan cannot restrict while the slack exceeds
+        the largest rise of D seen over one token in this grammar's plans plus a whole
+        call (D of the initial state, what opening another call costs)."""
+        jump = self.jumps.get(key)
+        if jump is None:
+            return False
+        whole = self.distances.get(key, index, index.get_initial_state())
+        return remaining - 1 - self.distances.get(key, index, state) > jump + whole + 2
 
     def plan(self, key: str, index: Any, state: int, n_words: int) -> StatePlan:
         slot = (key, state, n_words)
@@ -145,6 +163,8 @@ class BudgetCloser:
         final = bool(index.is_final_state(state))
         found = state_plan(edges, final, self.eos_token_id, n_words, lambda s: self.distances.get(key, index, s))
         self.plans[slot] = found
+        rises = [k for k in found.needs if k < UNREACHABLE]
+        self.jumps[key] = max(self.jumps.get(key, 0), rises[-1] - 2 - found.distance)
         self.used_bytes += found.nbytes
         while self.used_bytes > self.budget_bytes and len(self.plans) > 1:
             _, evicted = self.plans.popitem(last=False)
