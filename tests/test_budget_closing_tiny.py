@@ -15,6 +15,7 @@ import torch
 
 from callgate.constraints.budget import pack_bits
 from callgate.constraints.distance import TokenDistances
+from callgate.constraints.processor import RowSpec, row_spec
 from callgate.kernels.reference import allowed_matrix
 from tests.test_processor import EOS, PIECES, TABLE, TEXT, VOCAB, Params, TinyBatch, Update, constrained, new_batch
 
@@ -24,10 +25,16 @@ class BudgetParams(Params):
     max_tokens: int | None = None
 
 
-def allowed_after(regex: str, output: list[int], max_tokens: int | None, trigger: str | None = None) -> set[int]:
-    """The tokens allowed next; max_tokens - len(output) tokens are left, this one included."""
+def allowed_after(
+    regex: str, output: list[int], max_tokens: int | None, trigger: str | None = None, closing: bool | None = None
+) -> set[int]:
+    """The tokens allowed next; max_tokens - len(output) tokens are left, this one included.
+    `closing` set: the request says `"budget_closing": closing` (absent by default)."""
     batch = TinyBatch(None, "cpu", False)
-    params = BudgetParams(constrained(regex, trigger=trigger).extra_args, max_tokens)
+    extra = constrained(regex, trigger=trigger).extra_args or {}
+    if closing is not None:
+        extra = {"callgate": {**extra["callgate"], "budget_closing": closing}}
+    params = BudgetParams(extra, max_tokens)
     batch.update_state(Update(1, added=[(0, params, None, list(output))]))
     logits = batch.apply(torch.zeros(1, VOCAB))
     return set(torch.isfinite(logits[0]).nonzero().flatten().tolist())
@@ -109,3 +116,23 @@ def test_a_trigger_that_could_not_close_in_time_is_held_back() -> None:
     assert held == set(range(VOCAB)) - {PIECES[b"<call>"][0]}  # "<" may still begin free text
     completing = {PIECES[p][0] for p in (b"<call>", b">", b">{", b">x")}  # after "<call"
     assert allowed_after(regex, [A, lt, call], 3 + 4, "<call>") == set(range(VOCAB)) - completing
+
+
+def test_a_request_that_opts_out_of_budget_closing_keeps_the_grammars_mask() -> None:
+    assert allowed_after("a+b", [], 2, closing=True) == {AB}  # the default: closed within 2
+    assert allowed_after("a+b", [], 2, closing=False) == allowed_after("a+b", [], None) == {A, AB}
+    assert allowed_after("a(?:bbbbbb)?c", [A], 1 + 7, closing=False) == {B, C}
+    held = allowed_after(r"<call>\{x+\}", [A], 1 + 4, "<call>", closing=False)
+    assert held == set(range(VOCAB))  # a lazy row's late trigger is not held back either
+
+
+@pytest.mark.parametrize("bad", [0, 1, "false"])
+def test_budget_closing_must_be_a_boolean(bad: object) -> None:
+    extra = {"callgate": {"key": "k", "regex": "a+b", "budget_closing": bad}}
+    with pytest.raises(ValueError, match="budget_closing"):
+        row_spec(extra)
+    unset = row_spec({"callgate": {"key": "k", "regex": "a+b", "budget_closing": None}})
+    assert unset is not None and unset.budget_closing  # null: the default, on
+    assert row_spec({"callgate": {"key": "k", "regex": "a+b", "budget_closing": False}}) == RowSpec(
+        "k", "a+b", None, None, False
+    )

@@ -9,8 +9,9 @@ mixes this class with vLLM's base class.
 
 A request is constrained when `SamplingParams.extra_args["callgate"]` holds
 `{"key": str, "regex": str, "trigger": str | None, "index_path": str | None, ...}` (a
-ConstraintRef's fields). Its Index comes from callgate.constraints.cache: vLLM's engine
-core is another process than the server's, so on a memory miss it is loaded from
+ConstraintRef's fields; optionally `"budget_closing": bool | None`, default on). Its
+Index comes from callgate.constraints.cache: vLLM's engine core is another process than
+the server's, so on a memory miss it is loaded from
 `index_path`, the file the server wrote when it compiled the grammar (milliseconds), and
 compiled from the regex (blocking this step for 0.1-1 s) only when that file is missing
 or corrupt.
@@ -36,7 +37,11 @@ would not close is cut short so that the call closes, and the server then report
 free text; once its tokens left cannot hold a whole call (trigger included) and EOS, the
 tokens that would complete the trigger are masked (late_trigger.py), so no call starts that
 could not close. A row whose max_tokens is below its grammar's shortest output is cut as
-before. Rows without a `max_tokens` (tests' fakes) are left alone.
+before. Rows without a `max_tokens` (tests' fakes) are left alone, and so is a request
+that opts out with `"budget_closing": false` (its mask is the grammar's alone, so a
+max_tokens below a whole output cuts it without changing which tokens it may pick: a
+caller that only reads the first tokens (a quick head deciding a label) can stop it
+in the engine).
 
 Every `apply` records its time (guide advance + mask fill + budget closing + kernel launch)
 in `timings` and in the process-wide `STEP_TIMINGS` (`mask_time_summary()`: p50/p99 per
@@ -99,6 +104,7 @@ class RowSpec:
     regex: str
     trigger: bytes | None
     index_path: str | None = None
+    budget_closing: bool = True
 
 
 def row_spec(extra_args: Mapping[str, Any] | None) -> RowSpec | None:
@@ -116,7 +122,10 @@ def row_spec(extra_args: Mapping[str, Any] | None) -> RowSpec | None:
     path = raw.get("index_path")
     if path is not None and (not isinstance(path, str) or not path):
         raise ValueError(f'extra_args["{EXTRA_ARGS_KEY}"]["index_path"] must be a non-empty string or null')
-    return RowSpec(key, regex, trigger.encode() if trigger is not None else None, path)
+    closing = raw.get("budget_closing")
+    if closing is not None and not isinstance(closing, bool):
+        raise ValueError(f'extra_args["{EXTRA_ARGS_KEY}"]["budget_closing"] must be a boolean or null')
+    return RowSpec(key, regex, trigger.encode() if trigger is not None else None, path, closing is not False)
 
 
 def walk_text(guide: Any, index: Any, data: bytes, table: TokenTable) -> bool:
@@ -154,7 +163,8 @@ class Row:
         self.consumed = 0
         self.failed = False
         self.max_tokens = max_tokens
-        self.closing = max_tokens is not None  # budget closing on (off after a capped search)
+        # budget closing on (off when the request opts out, or after a capped search)
+        self.closing = max_tokens is not None and spec.budget_closing
         self.tail = b""
         self.guide: Any = None if spec.trigger is not None else outlines_core.Guide(index)
 
