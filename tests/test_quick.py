@@ -4,6 +4,7 @@ categorical heads' grammars, output decoding, and concurrent runs on a scripted 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -297,7 +298,27 @@ async def test_heads_are_greedy_constrained_where_categorical_and_bounded() -> N
             continue
         regex = head_regex(task, DEFAULT_LABELS, urls)
         assert (req.constraint.regex if req.constraint else None) == regex
-        assert req.sampling.max_tokens == head_max_tokens(task, urls)  # the full decode's request
+        if task in ("action", "authority", "domain"):  # stopped in the engine once decided
+            assert req.sampling.max_tokens == head_choice(task, DEFAULT_LABELS).deciding_bytes()
+            assert dataclasses.asdict(req.constraint)["budget_closing"] is False  # type: ignore[call-overload]
+        else:
+            assert req.sampling.max_tokens == head_max_tokens(task, urls)
+
+
+async def test_full_decode_sends_the_bound_with_budget_closing() -> None:
+    engine = scripted()
+    await QuickService(engine, "hermes", QuickConfig(decide_early=False)).run(Conversation(tuple(CHAT)), ["domain"])
+    req = engine.requests[0]
+    assert req.sampling.max_tokens == head_max_tokens("domain", ()) and req.constraint is not None
+    assert dataclasses.asdict(req.constraint)["budget_closing"] is True  # type: ignore[call-overload]
+
+
+def test_deciding_bytes_bound_the_tokens_that_decide() -> None:
+    assert head_choice("action", DEFAULT_LABELS).deciding_bytes() == 1
+    assert head_choice("authority", DEFAULT_LABELS).deciding_bytes() == 1
+    assert head_choice("domain", DEFAULT_LABELS).deciding_bytes() == 2  # "sc" / "sp" / "sh", "te" / "tr"
+    assert head_choice("domain", {"domain": ("news", "newsroom")}).deciding_bytes() is None  # only EOS decides
+    assert head_choice("domain", {"domain": ("café", "cab")}).deciding_bytes() == 3  # "caf" decides
 
 
 async def test_read_url_asks_each_url_after_its_forced_line_start() -> None:

@@ -17,13 +17,17 @@ Each head reports `cached_tokens / prompt_tokens` as its prefix-cache hit rate.
 Deciding early (constrained heads, `QuickConfig.decide_early`): a categorical head's answer
 is fixed as soon as the text written so far is a prefix of one admitted label spelling
 only; from there the grammar forces the rest, so greedy decoding would write exactly that
-spelling. The head sends the very request the full decode sends, stops reading once the
-answer is decided (closing the stream aborts it in the engine) and completes the label
-itself: the same answer as the full greedy constrained decode, read after one token when
-the labels' first letters differ, two for the default domains. It does not ask for fewer
-tokens: the constraint processor's budget closing narrows a row's mask to what still fits
-in its max_tokens, so max_tokens=1 would change which label greedy decoding picks (measured:
-"News" instead of "Law"); the engine therefore runs a step or two more until the abort lands.
+spelling. The head stops reading once the answer is decided (closing the stream aborts it
+in the engine) and completes the label itself: the same answer as the full greedy
+constrained decode, read after one token when the labels' first letters differ, two for the
+default domains. It asks for max_tokens = `Choice.deciding_bytes()` (every token writes at
+least one byte, so the answer is decided by then) with the constraint processor's budget
+closing off for that request: budget closing narrows a row's mask to what still fits in its
+max_tokens, so max_tokens=1 under it changed which label greedy decoding picked (measured:
+"News" instead of "Law"), while the grammar's mask alone is the one the full decode sees in
+its first steps (its max_tokens leaves every label room). The engine then stops the row by
+itself instead of running until the abort lands. Labels where one spelling is a prefix of
+another (only EOS decides) keep the full decode's request.
 `read_url` decides each URL in its own request, concurrently: the head prompt plus the
 forced line start "URL:" (as the answer's first line would begin), then " yes" or " no"
 under a grammar with max_tokens=2, decided the same way. Each URL's answer is therefore conditioned on the
@@ -46,6 +50,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hashlib
 import re
 import secrets
@@ -239,6 +244,18 @@ class Choice:
         fits = [s for s in self.spellings if s[0].startswith(text)]
         return fits[0] if text and len(fits) == 1 else None
 
+    def deciding_bytes(self) -> int | None:
+        """The most UTF-8 bytes any spelling needs before `decided` names it: a bound on the
+        tokens that decide (every token writes at least one byte). None when a spelling is a
+        prefix of another (only EOS decides it)."""
+        most = 0
+        for text, _ in self.spellings:
+            k = next((k for k in range(1, len(text) + 1) if self.decided(text[:k]) is not None), None)
+            if k is None:
+                return None
+            most = max(most, len(text[:k].encode()))
+        return most
+
 
 def head_choice(task: str, labels: Mapping[str, tuple[str, ...]]) -> Choice:
     """The spellings `head_regex` admits for a categorical head (first letter in either case)."""
@@ -258,6 +275,7 @@ class HeadConstraint:
     regex: str
     mode: str = "quick"
     trigger: str | None = None
+    budget_closing: bool = True  # the processor's budget closing (off: the grammar's mask alone)
 
 
 def head_constraint(regex: str) -> HeadConstraint:
@@ -406,7 +424,13 @@ class QuickService:
         choice = head_choice(task, label_sets) if early and spec.output == "choice" else None
         regex = head_regex(task, label_sets, urls)
         constraint = await self._constraint(regex) if regex is not None else None
-        sampling = SamplingParams(head_max_tokens(task, urls), 0.0, 1.0, None, spec.stop)
+        max_tokens = head_max_tokens(task, urls)
+        deciding = choice.deciding_bytes() if choice is not None and constraint is not None else None
+        if constraint is not None and deciding is not None and deciding < max_tokens:
+            # the engine stops at the deciding tokens; budget closing off keeps their mask the full decode's
+            constraint = dataclasses.replace(constraint, budget_closing=False)
+            max_tokens = deciding
+        sampling = SamplingParams(max_tokens, 0.0, 1.0, None, spec.stop)
         last = await _generate(
             self.engine, GenerationRequest(request_id, prompt.text, sampling, constraint, prompt.spans), choice
         )
