@@ -43,6 +43,7 @@ import torch
 from callgate.constraints.distance import UNREACHABLE, TokenDistances
 
 DEFAULT_BOUND = 512  # budget closing looks at the last 512 tokens of a request; before that, today's masks
+MAX_GATED_KEYS = 4_096  # grammars whose largest one-token rise of D the gate remembers
 DEFAULT_MAX_STATES = 5_000  # ~0.2 s of byte transitions: a distance search visiting more gives up (row left alone)
 
 
@@ -134,7 +135,9 @@ class BudgetCloser:
         self.eos_token_id, self.bound, self.budget_bytes = eos_token_id, bound, budget_bytes
         self.plans: OrderedDict[tuple[str, int, int], StatePlan] = OrderedDict()
         self.used_bytes = 0
-        self.jumps: dict[str, int] = {}  # per key: the largest max-need - 2 - D(state) seen in a plan
+        # per key: the largest max-need - 2 - D(state) seen in a plan; least recently raised
+        # key first out (a forgotten key only turns the gate off for it: plans are made again)
+        self.jumps: OrderedDict[str, int] = OrderedDict()
 
     def mask(self, key: str, index: Any, state: int, remaining: int, n_words: int) -> torch.Tensor | None:
         """The restricted bitmask row, or None to keep the grammar's mask. Raises
@@ -165,6 +168,9 @@ class BudgetCloser:
         self.plans[slot] = found
         rises = [k for k in found.needs if k < UNREACHABLE]
         self.jumps[key] = max(self.jumps.get(key, 0), rises[-1] - 2 - found.distance)
+        self.jumps.move_to_end(key)
+        if len(self.jumps) > MAX_GATED_KEYS:
+            self.jumps.popitem(last=False)
         self.used_bytes += found.nbytes
         while self.used_bytes > self.budget_bytes and len(self.plans) > 1:
             _, evicted = self.plans.popitem(last=False)
