@@ -7,25 +7,21 @@ anything about grammars or batches beyond row numbers.
 Why C: the body is one pass of `x = keep ? x : -inf` over the row, which a C compiler
 vectorises (AVX2/AVX-512 shifts and blends); eager torch needs several full-size
 temporaries and numba does not vectorise it (measured in benchmarks/README.md).
-The library is built with the system C compiler (`cc`, `gcc` or `clang`, which vLLM's
-CPU backend needs anyway for torch.compile) into a private temporary directory that is
-removed once the library is loaded. Without a compiler `available()` is False and the
-dispatcher in callgate.kernels falls back to the plain-torch reference.
+The library is built with the system C compiler by callgate.kernels.native. Without a
+compiler `available()` is False and the dispatcher in callgate.kernels falls back to the
+plain-torch reference.
 """
 
 from __future__ import annotations
 
 import ctypes
 import functools
-import shutil
-import subprocess
-import tempfile
-from pathlib import Path
 from typing import Any
 
 import torch
 
 from callgate.kernels.launcher import MaskCall, Rows, check_call
+from callgate.kernels.native import NativeUnavailable, compile_library
 
 # One body per lane width; `keep` is all ones where the token is allowed. The row loop
 # reads `rows` when given (only some rows constrained) and is otherwise the identity.
@@ -60,10 +56,6 @@ MASK_FN(callgate_mask_f16, int16_t, uint16_t, 0xFC00u)
 MASK_FN(callgate_mask_bf16, int16_t, uint16_t, 0xFF80u)
 """
 
-_FLAG_SETS = (
-    ("-O3", "-march=native", "-std=c99", "-fPIC", "-shared"),
-    ("-O3", "-std=c99", "-fPIC", "-shared"),
-)
 _SYMBOLS = {
     torch.float32: "callgate_mask_f32",
     torch.float16: "callgate_mask_f16",
@@ -107,20 +99,11 @@ def apply_token_bitmask(logits: torch.Tensor, bitmask: torch.Tensor, indices: Ro
     apply_checked(call)
 
 
-@functools.cache
 def _library() -> ctypes.CDLL:
-    compiler = next((c for c in ("cc", "gcc", "clang") if shutil.which(c)), None)
-    if compiler is None:
-        raise CpuKernelUnavailable("no C compiler (cc, gcc or clang) on PATH")
-    with tempfile.TemporaryDirectory(prefix="callgate-kernels-") as tmp:
-        src, lib = Path(tmp) / "mask.c", Path(tmp) / "mask.so"
-        src.write_text(_SOURCE)
-        errors = [_build(compiler, flags, src, lib) for flags in _FLAG_SETS]
-        if not lib.exists():
-            raise CpuKernelUnavailable(f"{compiler} failed: {errors[-1]}")
-        # dlopen maps the file; deleting the directory afterwards leaves the mapping valid.
-        library = ctypes.CDLL(str(lib))
-    return library
+    try:
+        return compile_library("mask", _SOURCE)
+    except NativeUnavailable as exc:
+        raise CpuKernelUnavailable(str(exc)) from exc
 
 
 @functools.cache
@@ -134,10 +117,3 @@ def _functions() -> dict[torch.dtype, Any]:
         fn.restype = None
         table[dtype] = fn
     return table
-
-
-def _build(compiler: str, flags: tuple[str, ...], src: Path, lib: Path) -> str:
-    if lib.exists():
-        return ""
-    done = subprocess.run([compiler, *flags, "-o", str(lib), str(src)], capture_output=True, text=True, check=False)
-    return done.stderr.strip()[-500:]
