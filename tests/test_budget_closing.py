@@ -21,8 +21,8 @@ import pytest
 import torch
 
 import callgate.constraints as constraints
+from callgate.constraints.automaton import Spelling, build_automaton
 from callgate.constraints.budget import DEFAULT_BOUND, shortest_output_tokens
-from callgate.constraints.distance import TokenDistances
 from callgate.constraints.processor import ConstrainedBatch, TokenTable
 from callgate.formats import get_format
 from callgate.parsers import parse
@@ -92,7 +92,7 @@ def test_the_shortest_output_is_what_the_tokenizer_makes_of_the_shortest_text() 
     smol = _smol()
     for fmt in FORMATS:
         c = grammar(fmt)
-        text = TokenDistances(table().by_bytes).text.get("k", c.index, c.index.get_initial_state())
+        text = build_automaton(c.index, Spelling.of(table().by_bytes)).shortest_text(0)
         assert text is not None
         assert shortest(fmt) <= len(smol.encode(text.decode())) + 1  # longest-first is no worse here
         assert parse(fmt, text.decode() + get_format(fmt).eos, TOOLS).diagnostics == ()

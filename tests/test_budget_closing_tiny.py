@@ -13,9 +13,9 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-from callgate.constraints.budget import pack_bits
-from callgate.constraints.distance import TokenDistances
+from callgate.constraints.automaton import Spelling, build_automaton
 from callgate.constraints.processor import RowSpec, row_spec
+from callgate.constraints.walk import pack_bits
 from callgate.kernels.reference import allowed_matrix
 from tests.test_processor import EOS, PIECES, TABLE, TEXT, VOCAB, Params, TinyBatch, Update, constrained, new_batch
 
@@ -81,7 +81,7 @@ def test_a_model_that_never_stops_ends_at_exactly_max_tokens() -> None:
 @pytest.mark.parametrize("regex", ["a+b", "ca+b", "a(?:bbbbbb)?c", "<call>\\{x+\\}", "(?:ab|c)+x"])
 def test_distances_match_a_brute_force_count(regex: str) -> None:
     index = new_batch()._new_row(constrained(regex), []).index  # type: ignore[union-attr]
-    distances = TokenDistances(TABLE.by_bytes)
+    automaton = build_automaton(index, Spelling.of(TABLE.by_bytes))
     pieces = [i for ids in PIECES.values() for i in ids]
     state = index.get_initial_state()
     fewest = next(
@@ -91,7 +91,7 @@ def test_distances_match_a_brute_force_count(regex: str) -> None:
             re.fullmatch(regex, b"".join(TEXT[t] for t in seq).decode()) for seq in itertools.product(pieces, repeat=n)
         )
     )
-    assert distances.get("k", index, state) == fewest
+    assert automaton.distance[automaton.state(state)] == fewest
 
 
 def test_bits_are_packed_as_the_kernels_read_them() -> None:

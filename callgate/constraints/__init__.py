@@ -24,6 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from callgate.constraints import closing_store
 from callgate.constraints.cache import CACHE, TokenVocabulary, configure_disk, get_index, token_vocabulary
 from callgate.constraints.grammar import Grammar, grammar
 from callgate.constraints.request import GrammarRequest, Mode, grammar_request
@@ -124,6 +125,8 @@ def build(
     index = None if vocab is None else get_index(key, g.regex, vocab)
     elapsed = time.perf_counter() - start
     path = None if vocab is None else CACHE.persisted(key, vocab, index)
+    if path is not None and vocab is not None:
+        closing_store.persist(path, index, vocab)  # the engine's budget closing reads it
     return Constraint(key, g.regex, req.mode, g.trigger, index, elapsed, path)
 
 

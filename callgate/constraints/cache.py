@@ -45,6 +45,7 @@ log = logging.getLogger("callgate.constraints.cache")
 MAGIC = b"callgate-index/2\n"
 HEADER_BYTES = len(MAGIC) + 12  # then the payload's length (8 bytes) and CRC-32 (4), little-endian
 SUFFIX = ".index"
+COMPANION_SUFFIXES = (".closing",)  # written beside an Index file, evicted with it
 DEFAULT_DISK_BYTES = 1 << 30
 
 
@@ -56,6 +57,7 @@ class TokenVocabulary:
     eos_token_id: int
     fingerprint: str
     size: int = field(default=0)
+    tokens: Mapping[bytes, list[int]] = field(default_factory=dict, repr=False, compare=False)  # what `inner` holds
 
 
 def token_vocabulary(tokens: Mapping[bytes, list[int]], eos_token_id: int) -> TokenVocabulary:
@@ -69,7 +71,7 @@ def token_vocabulary(tokens: Mapping[bytes, list[int]], eos_token_id: int) -> To
         digest.update(len(t).to_bytes(4, "little") + t + repr(sorted(clean[t])).encode())
     size = max((max(ids) for ids in clean.values()), default=-1) + 1
     inner = outlines_core.Vocabulary(eos_token_id, clean)
-    return TokenVocabulary(inner, eos_token_id, digest.hexdigest()[:16], max(size, eos_token_id + 1))
+    return TokenVocabulary(inner, eos_token_id, digest.hexdigest()[:16], max(size, eos_token_id + 1), clean)
 
 
 class IndexCache:
@@ -151,8 +153,13 @@ def index_bytes(index: Any) -> bytes:
 def write_index(path: Path, index: Any) -> int:
     """Write `index` to `path` atomically (temp file in the same directory + os.replace).
     Returns the bytes written."""
-    data = index_bytes(index)
-    blob = MAGIC + len(data).to_bytes(8, "little") + zlib.crc32(data).to_bytes(4, "little") + data
+    return write_framed(path, MAGIC, index_bytes(index))
+
+
+def write_framed(path: Path, magic: bytes, data: bytes) -> int:
+    """Write `magic`, the length and CRC-32 of `data`, then `data`, to `path` atomically.
+    Returns the bytes written."""
+    blob = magic + len(data).to_bytes(8, "little") + zlib.crc32(data).to_bytes(4, "little") + data
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as out:
@@ -164,19 +171,28 @@ def write_index(path: Path, index: Any) -> int:
     return len(blob)
 
 
-def read_index(path: Path) -> Any | None:
-    """The Index in `path`, None when the file is missing or corrupt (logged)."""
+def read_framed(path: Path, magic: bytes) -> bytes | None:
+    """The payload `write_framed` wrote, None when the file is missing or damaged (logged)."""
     try:
         blob = path.read_bytes()
     except FileNotFoundError:
         return None
     except OSError as exc:
-        log.warning("index file %s unreadable: %s", path, exc)
+        log.warning("file %s unreadable: %s", path, exc)
         return None
-    data = blob[HEADER_BYTES:]
+    header = len(magic) + 12
+    data = blob[header:]
     expected = len(data).to_bytes(8, "little") + zlib.crc32(data).to_bytes(4, "little")
-    if blob[: len(MAGIC)] != MAGIC or blob[len(MAGIC) : HEADER_BYTES] != expected:
-        log.warning("index file %s is corrupt (bad header, length or checksum)", path)
+    if blob[: len(magic)] != magic or blob[len(magic) : header] != expected:
+        log.warning("file %s is corrupt (bad header, length or checksum)", path)
+        return None
+    return data
+
+
+def read_index(path: Path) -> Any | None:
+    """The Index in `path`, None when the file is missing or corrupt (logged)."""
+    data = read_framed(path, MAGIC)
+    if data is None:
         return None
     try:
         index = outlines_core.Index.from_binary(data)
@@ -248,21 +264,33 @@ class DiskTier:
             log.warning("could not write index file %s: %s", path, exc)
 
     def evict(self, keep: Path) -> None:
-        """Delete least recently used files until the total fits `max_bytes` (not `keep`)."""
+        """Delete least recently used Index files, each with its companions (the same name,
+        another suffix: budget closing's tables), until the total fits `max_bytes` (not `keep`)."""
         files = []
         for entry in self.directory.glob(f"*{SUFFIX}"):
             try:
                 st = entry.stat()
             except FileNotFoundError:
                 continue
-            files.append((st.st_mtime_ns, st.st_size, entry))
-        total = sum(size for _, size, _ in files)
-        for _, size, entry in sorted(files):
+            companions = [entry.with_suffix(c) for c in COMPANION_SUFFIXES]
+            size = st.st_size + sum(_size(c) for c in companions)
+            files.append((st.st_mtime_ns, size, entry, companions))
+        total = sum(size for _, size, _, _ in files)
+        for _, size, entry, companions in sorted(files, key=lambda f: (f[0], str(f[2]))):
             if total <= self.max_bytes:
                 break
             if entry != keep:
                 entry.unlink(missing_ok=True)
+                for c in companions:
+                    c.unlink(missing_ok=True)
                 total -= size
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
 
 
 def _remove_owned(directory: Path, owner_pid: int) -> None:

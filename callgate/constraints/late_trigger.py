@@ -18,7 +18,7 @@ from collections.abc import Mapping
 
 import torch
 
-from callgate.constraints.budget import pack_bits
+from callgate.constraints.walk import pack_bits
 
 
 class TriggerGuard:

@@ -427,7 +427,9 @@ class ConstrainedBatch:
         """Narrow `target` to the tokens that still let the row end within its budget."""
         start = time.perf_counter_ns()
         try:
-            closing = self.closer.mask(row.spec.key, row.index, int(row.guide.get_state()), remaining, target.numel())
+            closing = self.closer.mask(
+                row.spec.key, row.index, int(row.guide.get_state()), remaining, target, row.spec.index_path
+            )
         except LookupError as exc:
             self._stop_closing(row, exc)
             closing = None
@@ -443,7 +445,7 @@ class ConstrainedBatch:
             return False
         start = time.perf_counter_ns()
         try:
-            call = self.closer.distances.get(row.spec.key, row.index, row.index.get_initial_state())
+            call = self.closer.distance(row.spec.key, row.index, row.index.get_initial_state(), row.spec.index_path)
         except LookupError as exc:
             self._stop_closing(row, exc)
             return False

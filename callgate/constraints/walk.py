@@ -1,0 +1,217 @@
+"""Budget closing's token walk: a state's allowed tokens grouped by what they need, in C.
+
+Knows: a ByteAutomaton (byte table, distances D), the engine's ordinary tokens as one byte
+string with offsets, and the bitmask layout (bit j of word w is token 32 * w + j). Does
+not know: outlines-core, vLLM, requests; budget.py calls `group_by_need` once per
+(grammar, state) and keeps the result.
+
+The need of a token t allowed at state s is D(next) + 2 (the token, the rest of the
+completion, EOS); EOS itself needs 1 where s is final. Needs of `cap` or more are one
+group (`cap`): budget closing never has that many tokens left.
+
+Why C: a free-string state allows ~49k tokens, and walking each one's bytes through the
+table is ~320k lookups: ~0.3 ms in C, ~100 ms in Python. `group_by_need_reference` is the
+Python twin (the tests compare the two); it is used when no C compiler is found.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy
+import torch
+
+from callgate.constraints.automaton import ByteAutomaton
+from callgate.kernels.native import NativeUnavailable, compile_library
+
+log = logging.getLogger("callgate.constraints.walk")
+
+_SOURCE = r"""
+#include <stdint.h>
+int64_t callgate_needs(const int32_t *table, const int32_t *dist, const uint8_t *data,
+                       const int64_t *offsets, int64_t n_tokens, const uint32_t *allowed,
+                       int64_t n_words, int64_t start, int64_t eos, int64_t is_final,
+                       int32_t cap, int32_t *need, uint8_t *present) {
+  int64_t count = 0;
+  for (int64_t w = 0; w < n_words; w++) {
+    uint32_t m = allowed[w];
+    while (m) {
+      int j = __builtin_ctz(m);
+      m &= m - 1;
+      int64_t t = 32 * w + j;
+      int32_t k = cap;
+      if (t == eos) {
+        k = is_final ? 1 : cap;
+      } else if (t < n_tokens && offsets[t] < offsets[t + 1]) {
+        int64_t s = start;
+        for (int64_t p = offsets[t]; p < offsets[t + 1] && s >= 0; p++) s = table[s * 256 + data[p]];
+        if (s >= 0 && dist[s] < cap - 2) k = dist[s] + 2;
+      }
+      need[t] = k;
+      present[k] = 1;
+      count++;
+    }
+  }
+  return count;
+}
+void callgate_group_bits(const uint32_t *allowed, int64_t n_words, const int32_t *need,
+                         const int32_t *group, uint32_t *out) {
+  for (int64_t w = 0; w < n_words; w++) {
+    uint32_t m = allowed[w];
+    while (m) {
+      int j = __builtin_ctz(m);
+      m &= m - 1;
+      out[(int64_t)group[need[32 * w + j]] * n_words + w] |= 1u << j;
+    }
+  }
+}
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class TokenBytes:
+    """Every ordinary token's bytes: token t is `data[offsets[t]:offsets[t + 1]]` (empty
+    for ids that are not ordinary tokens: EOS, special tokens, gaps)."""
+
+    data: numpy.ndarray  # uint8
+    offsets: numpy.ndarray  # int64 [n_tokens + 1]
+
+    @classmethod
+    def of(cls, by_bytes: Mapping[bytes, Sequence[int]]) -> TokenBytes:
+        pieces = {i: piece for piece, ids in by_bytes.items() for i in ids}
+        n = max(pieces, default=-1) + 1
+        ordered = [pieces.get(i, b"") for i in range(n)]
+        lengths = numpy.fromiter((len(p) for p in ordered), dtype=numpy.int64, count=n)
+        offsets = numpy.concatenate(([0], numpy.cumsum(lengths))).astype(numpy.int64)
+        return cls(numpy.frombuffer(b"".join(ordered), dtype=numpy.uint8).copy(), offsets)
+
+    @property
+    def n_tokens(self) -> int:
+        return len(self.offsets) - 1
+
+
+@dataclass(frozen=True, slots=True)
+class Groups:
+    """The allowed tokens of one state by need: `needs` ascending and distinct, `single[k]`
+    the bitmask of group k alone ([len(needs), words] int32)."""
+
+    needs: tuple[int, ...]
+    single: torch.Tensor
+
+
+class Walker:
+    """`group_by_need` with its scratch buffers kept between calls (one per engine)."""
+
+    def __init__(self, tokens: TokenBytes, eos: int, cap: int) -> None:
+        self.tokens, self.eos, self.cap = tokens, eos, cap
+        self.need = numpy.empty(0, dtype=numpy.int32)
+        self.present = numpy.zeros(cap + 1, dtype=numpy.uint8)
+        self.group = numpy.zeros(cap + 1, dtype=numpy.int32)
+        # numpy's `.ctypes.data` costs about a microsecond a call: take the addresses once
+        self.data_ptr, self.offsets_ptr = int(tokens.data.ctypes.data), int(tokens.offsets.ctypes.data)
+        self.need_ptr, self.present_ptr = 0, int(self.present.ctypes.data)
+        self.group_ptr = int(self.group.ctypes.data)
+
+    def groups(self, automaton: ByteAutomaton, state: int, allowed: torch.Tensor) -> Groups:
+        """Group the tokens set in `allowed` (the grammar's own int32 mask row of dense
+        state `state`) by need. Raises LookupError when nothing is allowed."""
+        fns = _functions()
+        if fns is None:
+            return group_by_need_reference(automaton, self.tokens, state, allowed, self.eos, self.cap)
+        needs_fn, bits_fn = fns
+        row = allowed.contiguous()
+        n_words = row.numel()
+        if self.need.size < 32 * n_words:
+            self.need = numpy.empty(32 * n_words, dtype=numpy.int32)
+            self.need_ptr = int(self.need.ctypes.data)
+        self.present.fill(0)
+        row_ptr = row.data_ptr()
+        count = needs_fn(
+            automaton.table_ptr,
+            automaton.distance_ptr,
+            self.data_ptr,
+            self.offsets_ptr,
+            self.tokens.n_tokens,
+            row_ptr,
+            n_words,
+            state,
+            self.eos,
+            int(automaton.final[state]),
+            self.cap,
+            self.need_ptr,
+            self.present_ptr,
+        )
+        if not count:
+            raise LookupError("a state with no allowed token")
+        found = numpy.flatnonzero(self.present)
+        self.group[found] = numpy.arange(len(found), dtype=numpy.int32)
+        single = torch.zeros(len(found), n_words, dtype=torch.int32)
+        bits_fn(row_ptr, n_words, self.need_ptr, self.group_ptr, single.data_ptr())
+        return Groups(tuple(found.tolist()), single)
+
+
+def group_by_need(
+    automaton: ByteAutomaton, tokens: TokenBytes, state: int, allowed: torch.Tensor, eos: int, cap: int
+) -> Groups:
+    """Group the tokens set in `allowed` (the grammar's own int32 mask row of dense state
+    `state`) by need. Raises LookupError when nothing is allowed."""
+    return Walker(tokens, eos, cap).groups(automaton, state, allowed)
+
+
+def group_by_need_reference(
+    automaton: ByteAutomaton, tokens: TokenBytes, state: int, allowed: torch.Tensor, eos: int, cap: int
+) -> Groups:
+    """The same groups in plain Python (see module doc)."""
+    words = allowed.contiguous().view(torch.int32).tolist()
+    by_need: dict[int, list[int]] = {}
+    table, distance, offsets, data = automaton.table, automaton.distance, tokens.offsets, tokens.data
+    for w, word in enumerate(words):
+        for j in range(32):
+            if not (word >> j) & 1:
+                continue
+            t, k = 32 * w + j, cap
+            if t == eos:
+                k = 1 if automaton.final[state] else cap
+            elif t < tokens.n_tokens and offsets[t] < offsets[t + 1]:
+                s = state
+                for byte in data[offsets[t] : offsets[t + 1]].tolist():
+                    s = int(table[s, byte])
+                    if s < 0:
+                        break
+                if s >= 0 and distance[s] < cap - 2:
+                    k = int(distance[s]) + 2
+            by_need.setdefault(k, []).append(t)
+    if not by_need:
+        raise LookupError("a state with no allowed token")
+    needs = tuple(sorted(by_need))
+    single = torch.stack([pack_bits(by_need[k], len(words)) for k in needs])
+    return Groups(needs, single)
+
+
+def pack_bits(ids: Sequence[int], n_words: int) -> torch.Tensor:
+    """Token ids -> one int32 bitmask row of `n_words` words (little-endian bit order)."""
+    bits = numpy.zeros(n_words * 32, dtype=numpy.bool_)
+    bits[numpy.asarray(ids, dtype=numpy.int64)] = True
+    return torch.from_numpy(numpy.packbits(bits, bitorder="little").view("<i4").astype(numpy.int32))
+
+
+@functools.cache
+def _functions() -> tuple[Any, Any] | None:
+    try:
+        library = compile_library("walk", _SOURCE)
+    except NativeUnavailable as exc:
+        log.warning("budget closing walks tokens in Python (slow): %s", exc)
+        return None
+    ptr, i64, i32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int32
+    needs = library.callgate_needs
+    needs.argtypes = (ptr, ptr, ptr, ptr, i64, ptr, i64, i64, i64, i64, i32, ptr, ptr)
+    needs.restype = i64
+    bits = library.callgate_group_bits
+    bits.argtypes = (ptr, i64, ptr, ptr, ptr)
+    bits.restype = None
+    return needs, bits
