@@ -34,7 +34,8 @@ token (callgate's budget closing ends a constrained call there; the server repor
 finish_reason "length"), `cut` otherwise; call rate, schema-valid rate, expected-function
 rate, output tok/s (decode wall time of the configuration's chunks, prefill included),
 grammar compile p50/p99, and per-token mask time p50/p99 (callgate: the engine process's
-step log, see `EngineMaskLog`, also without its budget-closing part; vllm: replayed). A
+step log, the steps stamped inside the configuration's run, read once the engine stopped,
+see `EngineMaskLog`, also without its budget-closing part; vllm: replayed). A
 case callgate or vLLM refuses, or a request the engine fails, is counted and its first
 reason printed under the row. A warm-up (two hermes `required` cases per system) runs
 first and is not reported.
@@ -267,11 +268,12 @@ def start_engine(args: Any) -> Any:
 
 class EngineMaskLog:
     """Per-token mask times written by callgate's logits processor in vLLM's engine process
-    (callgate.constraints.step_log: one line per masked step, `CALLGATE_MASK_TIMINGS`, set
-    here before vLLM starts so that its engine process inherits it). `mark()` before a
-    configuration and `token_us(mark)` after it give that configuration's per-token times
-    (step time / rows masked). The engine writes in blocks of 64 steps, so up to 63 steps
-    of one configuration may be counted in the next constrained one."""
+    (callgate.constraints.step_log: one line per masked step, stamped with CLOCK_MONOTONIC,
+    `CALLGATE_MASK_TIMINGS`, set here before vLLM starts so that its engine process
+    inherits it). The engine writes in blocks, so the log is read once the engine has
+    stopped (its last block is written at exit); a configuration's steps are those stamped
+    inside the window it ran in (`now()` before and after), so the warm-up and the other
+    configurations never mix in."""
 
     def __init__(self, path: Path) -> None:
         from callgate.constraints.step_log import ENV_VAR
@@ -280,17 +282,21 @@ class EngineMaskLog:
         path.unlink(missing_ok=True)
         os.environ[ENV_VAR] = str(path)
 
-    def _records(self) -> list[Any]:
+    @staticmethod
+    def now() -> int:
+        return time.monotonic_ns()
+
+    def token_us(self, window: tuple[int, int], *, budget: bool = True) -> list[float]:
+        """Per-token times (step time / rows) of the steps stamped inside `window`;
+        without the budget-closing part when not `budget`."""
         from callgate.constraints.step_log import read_step_log
 
-        return [r for r in read_step_log(self.path) if r.rows]
-
-    def mark(self) -> int:
-        return len(self._records())
-
-    def token_us(self, since: int, *, budget: bool = True) -> list[float]:
-        """Per-token times since `since`; without the budget-closing part when not `budget`."""
-        return [(r.elapsed_ns - (0 if budget else r.budget_ns)) / r.rows / 1e3 for r in self._records()[since:]]
+        lo, hi = window
+        return [
+            (r.elapsed_ns - (0 if budget else r.budget_ns)) / r.rows / 1e3
+            for r in read_step_log(self.path)
+            if r.rows and lo <= r.at_ns <= hi
+        ]
 
 
 # ---- one configuration ---------------------------------------------------------------------
@@ -326,6 +332,7 @@ class ConfigResult:
     mask_token_us: list[float] = field(default_factory=list)
     mask_source: str = "none"
     mask_token_us_no_budget: list[float] = field(default_factory=list)  # engine only
+    window_ns: tuple[int, int] = (0, 0)  # CLOCK_MONOTONIC while it ran (engine step log)
 
 
 def _valid(arguments: Any, schema: Mapping[str, Any]) -> bool:
@@ -409,7 +416,7 @@ async def run_config(engine: Any, ctx: Context, res: ConfigResult, cases: Sequen
     from callgate import constraints
     from callgate.errors import SchemaTooComplexError
 
-    mark = ctx.mask_log.mark()
+    began_ns = ctx.mask_log.now()
     for start in range(0, len(cases), batch):
         jobs: list[Job] = []
         constraints.CACHE.clear()  # bounded memory: one chunk of grammars at a time
@@ -434,13 +441,18 @@ async def run_config(engine: Any, ctx: Context, res: ConfigResult, cases: Sequen
             res.outcomes.append(outcome)
             if job.compiled is not None:
                 res.mask_token_us.extend(ctx.xg.replay_us(job.compiled, ids))
+    res.window_ns = (began_ns, ctx.mask_log.now())
     if res.system == "vllm":
         res.mask_source = "replay"
-    elif res.mode != "unconstrained":
-        res.mask_token_us = ctx.mask_log.token_us(mark)
-        res.mask_token_us_no_budget = ctx.mask_log.token_us(mark, budget=False)
-        res.mask_source = "engine" if res.mask_token_us else "none"
     return res
+
+
+def read_engine_masks(res: ConfigResult, log: EngineMaskLog) -> None:
+    """callgate's per-token mask times of one configuration (after the engine stopped)."""
+    if res.system == "callgate" and res.mode != "unconstrained":
+        res.mask_token_us = log.token_us(res.window_ns)
+        res.mask_token_us_no_budget = log.token_us(res.window_ns, budget=False)
+        res.mask_source = "engine" if res.mask_token_us else "none"
 
 
 # ---- report --------------------------------------------------------------------------------
@@ -632,22 +644,24 @@ async def main_async(args: Any) -> list[dict[str, Any]]:
     cases = load_cases(args.cases, Path(args.cache).expanduser())
     mask_log = EngineMaskLog(Path(args.mask_log))
     engine = start_engine(args)
+    results: list[ConfigResult] = []
     try:
         tok = engine.tokenizer
         vocab = constraints.token_vocabulary(tok.vocabulary(), tok.eos_token_id)
         ctx = Context(vocab, Xgrammar(tok.hf, tok.vocab_size), mask_log)
         for system in ("callgate", "vllm"):  # warm-up, not reported
             await run_config(engine, ctx, ConfigResult("hermes", system, "required", args.max_tokens), cases[:2], 2)
-        rows = []
         for fmt, system, mode in configurations(args):
             result = await run_config(engine, ctx, ConfigResult(fmt, system, mode, args.max_tokens), cases, args.batch)
-            rows.append(summarise(result))
-            print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+            results.append(result)
+            print(json.dumps(summarise(result)), file=sys.stderr, flush=True)  # progress; mask times come last
             if args.dump:
                 dump(result, Path(args.dump))
-        return rows
     finally:
         await engine.shutdown()
+    for result in results:
+        read_engine_masks(result, mask_log)
+    return [summarise(r) for r in results]
 
 
 def dump(r: ConfigResult, path: Path) -> None:

@@ -138,20 +138,18 @@ def test_chart_from_combines_the_last_json_line_of_each_run(tmp_path: Path) -> N
     assert combined["targets_met"]["qwen3-xml_required_zero_parse_errors"]
 
 
-def test_engine_mask_log_reads_per_token_times_since_a_mark(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_engine_mask_log_reads_the_steps_inside_a_window(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from callgate.constraints.step_log import ENV_VAR
 
     monkeypatch.setenv(ENV_VAR, "")
     path = tmp_path / "steps.log"
     log = bench.EngineMaskLog(path)
     assert bench.os.environ[ENV_VAR] == str(path)
-    path.write_text("4000 2 0\n9000 0 0\n")
-    mark = log.mark()
-    with path.open("a") as f:
-        f.write("30000 3 1000\n50000 1 0\n7")  # a torn last line is skipped
-    assert mark == 1
-    assert log.token_us(mark) == [10.0, 50.0]
-    assert log.token_us(mark, budget=False) == [29000 / 3 / 1e3, 50.0]
+    assert log.now() <= log.now()
+    path.write_text("4000 2 0 100\n9000 0 0 150\n30000 3 1000 200\n50000 1 0 300\n60000 2 0 400\n7")
+    assert log.token_us((200, 300)) == [10.0, 50.0]  # before, after and torn lines left out
+    assert log.token_us((200, 300), budget=False) == [29000 / 3 / 1e3, 50.0]
+    assert log.token_us((500, 600)) == []
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")  # vLLM's OpenAI entrypoints import torch.jit

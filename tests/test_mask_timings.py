@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,12 +21,12 @@ class BudgetParams(Params):
 def test_records_round_trip_in_blocks(tmp_path: Path) -> None:
     path = tmp_path / "steps.log"
     log = StepLog(path, flush_every=3)
-    records = [StepRecord(1000 + i, i % 4, 7 * i) for i in range(7)]
+    records = [StepRecord(1000 + i, i % 4, 7 * i, 10**12 + i) for i in range(7)]
     for r in records[:2]:
-        log.record(r.elapsed_ns, r.rows, r.budget_ns)
+        log.record(r.elapsed_ns, r.rows, r.budget_ns, r.at_ns)
     assert read_step_log(path) == []  # still buffered
     for r in records[2:]:
-        log.record(r.elapsed_ns, r.rows, r.budget_ns)
+        log.record(r.elapsed_ns, r.rows, r.budget_ns, r.at_ns)
     assert read_step_log(path) == records[:6]
     log.close()
     assert read_step_log(path) == records
@@ -34,8 +35,11 @@ def test_records_round_trip_in_blocks(tmp_path: Path) -> None:
 def test_a_quiet_log_is_flushed_after_its_time(tmp_path: Path) -> None:
     path = tmp_path / "steps.log"
     log = StepLog(path, flush_every=1000, flush_after_s=0.0)
+    before = time.monotonic_ns()
     log.record(5, 1, 0)
-    assert read_step_log(path) == [StepRecord(5, 1, 0)]
+    (record,) = read_step_log(path)
+    assert (record.elapsed_ns, record.rows, record.budget_ns) == (5, 1, 0)
+    assert before <= record.at_ns <= time.monotonic_ns()  # stamped when recorded
     log = StepLog(path, flush_every=1000, flush_after_s=3600.0)
     log.record(6, 1, 0)
     assert len(read_step_log(path)) == 1
@@ -53,8 +57,8 @@ def test_two_writers_append_to_one_file(tmp_path: Path) -> None:
 
 def test_a_torn_or_foreign_line_is_skipped(tmp_path: Path) -> None:
     path = tmp_path / "steps.log"
-    path.write_text("10 1 0\nnot a record\n20 2 3\n30 1")
-    assert read_step_log(path) == [StepRecord(10, 1, 0), StepRecord(20, 2, 3)]
+    path.write_text("10 1 0 7\nnot a record\n20 2 3 8\n30 1 0 9")
+    assert read_step_log(path) == [StepRecord(10, 1, 0, 7), StepRecord(20, 2, 3, 8)]
     assert read_step_log(tmp_path / "missing.log") == []
 
 

@@ -71,6 +71,9 @@ class ByteAutomaton:
     # costs about a microsecond each time)
     table_ptr: int = field(init=False, repr=False, compare=False)
     distance_ptr: int = field(init=False, repr=False, compare=False)
+    # the largest D of any state (UNREACHABLE when some state has no completion): no
+    # token anywhere in this grammar needs more than farthest + 2 tokens to close
+    farthest: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         for name, array in (("table", self.table), ("distance", self.distance)):
@@ -78,6 +81,7 @@ class ByteAutomaton:
                 raise ValueError(f"ByteAutomaton.{name} must be C-contiguous")
         object.__setattr__(self, "table_ptr", int(self.table.ctypes.data))
         object.__setattr__(self, "distance_ptr", int(self.distance.ctypes.data))
+        object.__setattr__(self, "farthest", int(self.distance.max(initial=0)))
 
     @property
     def nbytes(self) -> int:

@@ -11,7 +11,9 @@ BFCL grammars on SmolLM2). Per (key, state) the plan groups the state's allowed 
 need = D(next) + 2 (the token, the rest of the completion, EOS; EOS needs 1 in a final
 state), walking every allowed token through the byte table in C (walk.py): a few
 microseconds for a state with a handful of tokens, ~0.3 ms for a free string's ~49k.
-Nothing is computed before a request's last `bound` tokens.
+Nothing is computed before a request's last `bound` tokens, nor while the tokens left
+exceed every need the grammar has (its largest D plus 2: 32-45 tokens for BFCL hermes
+grammars, 34-61 qwen3-xml, 90-156 dsml-v4), which skips most plans of a short call.
 
 With r tokens left (r counts the one being sampled) and slack = r - 1 - d, where
 d = min need - 1 (at most D(state)):
@@ -24,7 +26,8 @@ d = min need - 1 (at most D(state)):
   cut at max_tokens as before (the parser reports the unterminated call).
 
 Because D is consistent, a row that starts with slack >= 0 keeps a token with need <= r at
-every step, so it always closes in time (no gate or heuristic skips a state).
+every step, so it always closes in time. The one skip (r >= largest D + 2) is exact: no
+allowed token anywhere can need more, so the plan would not restrict.
 """
 
 from __future__ import annotations
@@ -151,8 +154,8 @@ class BudgetCloser:
         """The restricted bitmask row, or None to keep the grammar's mask `allowed` (the
         state's own int32 row). Raises LookupError when the grammar cannot be measured:
         the caller stops closing that row."""
-        if remaining > self.bound:
-            return None
+        if remaining > self.bound or remaining >= self.automaton(key, index, index_path).farthest + 2:
+            return None  # every token's need fits: nothing to restrict (see farthest)
         return choose(self.plan(key, index, state, allowed, index_path), remaining)
 
     def plan(self, key: str, index: Any, state: int, allowed: torch.Tensor, index_path: str | None = None) -> StatePlan:

@@ -7,9 +7,11 @@ timings (`processor.STEP_TIMINGS`) are out of a benchmark's reach. With the envi
 variable `CALLGATE_MASK_TIMINGS=/path/file` set for the server (the engine process inherits
 it), every ConstrainedBatch appends one line per masked step:
 
-    <elapsed_ns> <constrained_rows> <budget_ns>\\n
+    <elapsed_ns> <constrained_rows> <budget_ns> <at_ns>\\n
 
-(host time of the whole `apply`, rows masked, and the part spent in budget closing), in
+(host time of the whole `apply`, rows masked, the part spent in budget closing, and
+`time.monotonic_ns()` when it was recorded: CLOCK_MONOTONIC, one clock for every process
+on the machine, so a reader can tell which steps fell inside a window it timed), in
 blocks of `flush_every` lines or after `flush_after_s` seconds (checked at each record),
 each block in one `write` on a file opened for appending, so the lines of several engine
 processes do not interleave. The block still buffered is written at `close()` and when the
@@ -36,6 +38,7 @@ class StepRecord:
     elapsed_ns: int
     rows: int
     budget_ns: int
+    at_ns: int = 0
 
 
 class StepLog:
@@ -60,8 +63,10 @@ class StepLog:
         path = (os.environ if environ is None else environ).get(ENV_VAR, "")
         return cls(path) if path else None
 
-    def record(self, elapsed_ns: int, rows: int, budget_ns: int) -> None:
-        self.pending.append(f"{elapsed_ns} {rows} {budget_ns}\n")
+    def record(self, elapsed_ns: int, rows: int, budget_ns: int, at_ns: int | None = None) -> None:
+        """Buffer one step (`at_ns`: now when not given)."""
+        at = time.monotonic_ns() if at_ns is None else at_ns
+        self.pending.append(f"{elapsed_ns} {rows} {budget_ns} {at}\n")
         if len(self.pending) >= self.flush_every or time.monotonic() - self.flushed_s >= self.flush_after_s:
             self.flush()
 
@@ -90,6 +95,6 @@ def read_step_log(path: str | os.PathLike[str]) -> list[StepRecord]:
     records = []
     for line in text.splitlines(keepends=True):
         fields = line.split()
-        if line.endswith("\n") and len(fields) == 3 and all(f.isdigit() for f in fields):
-            records.append(StepRecord(int(fields[0]), int(fields[1]), int(fields[2])))
+        if line.endswith("\n") and len(fields) == 4 and all(f.isdigit() for f in fields):
+            records.append(StepRecord(*(int(f) for f in fields)))
     return records
