@@ -24,7 +24,7 @@ Targets: cached >= 5x faster than uncached at ~1000 tokens; main TPOT beside hea
 +10% of alone. Prints a table, writes benchmarks/quick.png (unless --no-chart), and ends
 with ONE JSON line.
 Usage: python benchmarks/bench_quick.py [--sizes 256,1000,4000] [--convs 3] [--main-tokens 96,256]
-       [--block-size N] [--full-decode]
+       [--block-size N] [--full-decode] [--uncached-sizes ""] [--beside-tasks action,query,...]
 """
 
 from __future__ import annotations
@@ -154,15 +154,15 @@ async def heads_once(
 
 
 async def stream_once(
-    engine: Any, quick: Any, msgs: list[dict[str, str]], beside: bool, tag: str, n: int
+    engine: Any, quick: Any, msgs: list[dict[str, str]], beside: bool, tag: str, n: int, tasks: Sequence[str] = TASKS
 ) -> StreamSample:
-    """One main stream of `n` tokens; beside: the heads as a chat completion runs them."""
+    """One main stream of `n` tokens; beside: the heads (`tasks`) as a chat completion runs them."""
     from callgate.serving.quick import Conversation
 
     times: list[float] = []
     text: list[str] = []
     tokens = 0
-    heads = quick.beside(Conversation(tuple(msgs)), TASKS, f"b-{tag}") if beside else None
+    heads = quick.beside(Conversation(tuple(msgs)), tasks, f"b-{tag}") if beside else None
     launched_at, heads_done_at = 0.0, 0.0
 
     def done(_: Any) -> None:
@@ -176,7 +176,10 @@ async def stream_once(
         if heads is not None and not heads.launched:
             launched_at = time.perf_counter()
             heads.launch()
-            asyncio.ensure_future(asyncio.wait(list(heads.early.values()))).add_done_callback(done)
+            if heads.early:
+                asyncio.ensure_future(asyncio.wait(list(heads.early.values()))).add_done_callback(done)
+            else:  # only answer-position heads asked for: nothing runs beside the stream
+                heads_done_at = launched_at
     heads_s = title_s = 0.0
     if heads is not None:
         answered_at = time.perf_counter()
@@ -228,7 +231,8 @@ async def run_engine(
             for r in range(args.stream_rounds):
                 order = (False, True) if r % 2 == 0 else (True, False)
                 for beside in order:
-                    streams.append(await stream_once(engine, quick, next(todo), beside, f"{n}-{r}-{beside}", n))
+                    tag = f"{n}-{r}-{beside}"
+                    streams.append(await stream_once(engine, quick, next(todo), beside, tag, n, args.beside_tasks))
     return heads, streams
 
 
@@ -335,6 +339,7 @@ def environment(args: argparse.Namespace) -> dict[str, Any]:
         "format": FORMAT,
         "block_size": args.block_size,
         "decide_early": not args.full_decode,
+        "beside_tasks": list(args.beside_tasks),
         "loadavg_at_end": os.getloadavg(),
     }
 
@@ -352,6 +357,11 @@ def parse_args() -> argparse.Namespace:
     )
     p.add_argument("--main-tokens", default="96,256", help="main stream output tokens (one or more lengths)")
     p.add_argument("--stream-rounds", type=int, default=4, help="alone/beside pairs per main-stream length")
+    p.add_argument(
+        "--beside-tasks",
+        default=",".join(TASKS),
+        help="heads run beside the main stream (default: all six; to see what each costs it)",
+    )
     p.add_argument("--block-size", type=int, default=None, help="KV-cache block in tokens (default: vLLM's)")
     p.add_argument("--full-decode", action="store_true", help="categorical heads decode to the end")
     p.add_argument("--max-model-len", type=int, default=8192)
@@ -378,7 +388,7 @@ async def bench(folder: Path, args: argparse.Namespace) -> tuple[list[HeadsSampl
     fresh = [conversation(rng, sizes[len(sizes) // 2], count) for _ in range(n_fresh)]
     heads: list[HeadsSample] = []
     streams: list[StreamSample] = []
-    for caching in (True, False):
+    for caching in (True, False) if args.uncached_sizes else (True,):
         engine = start_engine(folder, args, caching)
         try:
             h, s = await run_engine(engine, convs, fresh, caching, args)
@@ -391,7 +401,9 @@ async def bench(folder: Path, args: argparse.Namespace) -> tuple[list[HeadsSampl
 
 def main() -> None:
     args = parse_args()
-    args.uncached_sizes = [int(x) for x in (args.uncached_sizes or args.sizes).split(",")]
+    uncached = args.sizes if args.uncached_sizes is None else args.uncached_sizes  # "": no uncached engine
+    args.uncached_sizes = [int(x) for x in uncached.split(",") if x]
+    args.beside_tasks = tuple(t for t in args.beside_tasks.split(",") if t)
     args.main_tokens = [int(x) for x in str(args.main_tokens).split(",")]
     from callgate.serving.model_store import resolve_model
 
