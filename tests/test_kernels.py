@@ -132,6 +132,17 @@ def test_dispatch_uses_the_compiled_cpu_loop_and_matches(rows) -> None:
     assert same_bits(logits, want)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_trusted_rows_mask_exactly_what_the_checked_call_masks(dtype: torch.dtype) -> None:
+    logits, bitmask = random_case(8, 49152, dtype, seed=4)
+    want = logits.clone()
+    kernels.apply_token_bitmask(want, bitmask, [1, 3, 6])
+    kernels.apply_token_bitmask_rows(logits, bitmask, torch.tensor([1, 3, 6], dtype=torch.int64))
+    assert same_bits(logits, want)
+    with pytest.raises(TypeError, match="bitmask dtype"):  # the tensors are still checked
+        kernels.apply_token_bitmask_rows(logits, bitmask.to(torch.int64), torch.tensor([1]))
+
+
 def test_strided_rows_are_masked_in_place() -> None:
     base = torch.randn(4, 200)
     logits = base[:, :100]  # row stride 200, unit stride along the vocabulary

@@ -154,9 +154,15 @@ class BudgetCloser:
         """The restricted bitmask row, or None to keep the grammar's mask `allowed` (the
         state's own int32 row). Raises LookupError when the grammar cannot be measured:
         the caller stops closing that row."""
-        if remaining > self.bound or remaining >= self.automaton(key, index, index_path).farthest + 2:
-            return None  # every token's need fits: nothing to restrict (see farthest)
+        if not self.may_restrict(key, index, remaining, index_path):
+            return None
         return choose(self.plan(key, index, state, allowed, index_path), remaining)
+
+    def may_restrict(self, key: str, index: Any, remaining: int, index_path: str | None = None) -> bool:
+        """False when no state of the grammar can be restricted with `remaining` tokens
+        left: beyond `bound`, or every token's need fits (see ByteAutomaton.farthest).
+        Raises LookupError (see automaton)."""
+        return remaining <= self.bound and remaining < self.automaton(key, index, index_path).farthest + 2
 
     def plan(self, key: str, index: Any, state: int, allowed: torch.Tensor, index_path: str | None = None) -> StatePlan:
         slot = (key, state, allowed.numel())

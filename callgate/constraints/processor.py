@@ -59,6 +59,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy
 import outlines_core
 import torch
 
@@ -66,7 +67,7 @@ from callgate.constraints.budget import BudgetCloser
 from callgate.constraints.cache import TokenVocabulary, get_index, token_vocabulary
 from callgate.constraints.late_trigger import TriggerGuard
 from callgate.constraints.step_log import StepLog
-from callgate.kernels import apply_token_bitmask, backend_for
+from callgate.kernels import apply_token_bitmask, apply_token_bitmask_rows, backend_for
 
 log = logging.getLogger("callgate.constraints.processor")
 
@@ -259,44 +260,55 @@ class StateMasks:
     up to hundreds of microseconds where most of a large vocabulary is allowed (inside a
     JSON string); copying a cached row costs about one. Bounded by `budget_bytes`.
     Keyed by the grammar key, not the Index object: an Index evicted from the cache and
-    recompiled from the same regex and vocabulary numbers its states the same way."""
+    recompiled from the same regex and vocabulary numbers its states the same way.
+    Rows are numpy arrays: a numpy copy keeps the GIL, where each torch op may hand it to
+    another thread of vLLM's engine process (measured there: per-step host time several
+    times the same step's in isolation)."""
 
     def __init__(self, budget_bytes: int = 64 << 20) -> None:
         self.budget_bytes = budget_bytes
-        self.entries: OrderedDict[tuple[str, int, int], torch.Tensor] = OrderedDict()
+        self.entries: OrderedDict[tuple[str, int, int], numpy.ndarray] = OrderedDict()
         self.used_bytes = 0
 
-    def fill(self, key: str, guide: Any, target: torch.Tensor) -> None:
-        """Write the mask of `guide`'s current state into the int32 row `target`."""
-        slot = (key, int(guide.get_state()), target.numel())
+    def fill(self, key: str, guide: Any, host: numpy.ndarray, i: int, address: int) -> None:
+        """Write the mask of `guide`'s current state into row `i` of the int32 array
+        `host`, which starts at `address`."""
+        width = host.shape[1]
+        slot = (key, int(guide.get_state()), width)
         cached = self.entries.get(slot)
         if cached is not None:
             self.entries.move_to_end(slot)
-            target.copy_(cached)
+            host[i] = cached
             return
-        guide.write_mask_into(target.data_ptr(), target.numel(), 4)
-        self.entries[slot] = target.clone()
-        self.used_bytes += target.numel() * 4
+        guide.write_mask_into(address + 4 * width * i, width, 4)
+        self.entries[slot] = host[i].copy()
+        self.used_bytes += width * 4
         while self.used_bytes > self.budget_bytes and self.entries:
             _, evicted = self.entries.popitem(last=False)
-            self.used_bytes -= evicted.numel() * 4
+            self.used_bytes -= evicted.size * 4
 
 
 class MaskBuffer:
-    """The host bitmask (pinned when copying to a GPU) and its device twin, grown on demand."""
+    """The host bitmask (pinned when copying to a GPU; `host_np` is the same memory as a
+    numpy array, `address` its start), its device twin, and the row numbers handed to the
+    kernel, grown on demand."""
 
     def __init__(self, device: torch.device, pin_memory: bool) -> None:
         self.device, self.pin = device, pin_memory and device.type == "cuda"
-        self.host = torch.empty(0, 0, dtype=torch.int32)
-        self.on_device = self.host
+        self._grow(0, 0)
 
-    def rows(self, n_rows: int, n_words: int) -> torch.Tensor:
+    def _grow(self, n_rows: int, n_words: int) -> None:
+        self.host = torch.zeros(n_rows, n_words, dtype=torch.int32, pin_memory=self.pin)
+        self.host_np = self.host.numpy()
+        self.address = int(self.host.data_ptr())
+        self.on_device = self.host if self.device.type == "cpu" else torch.empty_like(self.host, device=self.device)
+        self.row_ids = torch.zeros(n_rows, dtype=torch.int64)
+        self.row_ids_np = self.row_ids.numpy()
+
+    def rows(self, n_rows: int, n_words: int) -> numpy.ndarray:
         if self.host.shape[0] < n_rows or self.host.shape[1] != n_words:
-            self.host = torch.zeros(
-                max(n_rows, 2 * self.host.shape[0]), n_words, dtype=torch.int32, pin_memory=self.pin
-            )
-            self.on_device = self.host if self.device.type == "cpu" else torch.empty_like(self.host, device=self.device)
-        return self.host[:n_rows]
+            self._grow(max(n_rows, 2 * self.host.shape[0]), n_words)
+        return self.host_np
 
     def for_kernel(self, n_rows: int) -> torch.Tensor:
         # The host rows are rewritten only at the next step, after vLLM has synchronised
@@ -306,6 +318,11 @@ class MaskBuffer:
         target = self.on_device[:n_rows]
         target.copy_(self.host[:n_rows], non_blocking=True)
         return target
+
+    def row_numbers(self, rows: Sequence[int]) -> torch.Tensor:
+        """`rows` (ascending, distinct, each below the buffer's height) as an int64 tensor."""
+        self.row_ids_np[: len(rows)] = rows
+        return self.row_ids[: len(rows)]
 
 
 class ConstrainedBatch:
@@ -395,7 +412,12 @@ class ConstrainedBatch:
         active = sorted(i for i, row in rows if row.catch_up(self.tokens))
         held = sorted(i for i, row in rows if self._holds_back_trigger(row))
         if active or held:
-            apply_token_bitmask(logits, self._masks_for(logits, active, held), sorted(active + held))
+            masks = self._masks_for(logits, active, held)
+            masked_rows = sorted(active + held) if active and held else active or held
+            if logits.device.type == "cpu":  # row numbers built here: no need to check them again
+                apply_token_bitmask_rows(logits, masks, self.buffer.row_numbers(masked_rows))
+            else:
+                apply_token_bitmask(logits, masks, masked_rows)
         elapsed, masked = time.perf_counter_ns() - start, len(active) + len(held)
         self.timings.record(elapsed, masked)
         STEP_TIMINGS.record(elapsed, masked)
@@ -411,30 +433,33 @@ class ConstrainedBatch:
             raise ValueError(f"logits have {width} columns but the vocabulary has {self.tokens.vocabulary.size} ids")
         n_words = (width + 31) // 32
         host = self.buffer.rows(n_rows, n_words)
+        address = self.buffer.address
         for i in active:
             row = self.rows[i]
-            self.masks.fill(row.spec.key, row.guide, host[i])
+            self.masks.fill(row.spec.key, row.guide, host, i, address)
             remaining = row.remaining()
             if remaining is not None and remaining <= self.closer.bound:
-                self._close_within_budget(row, remaining, host[i])
+                self._close_within_budget(row, remaining, i)
         for i in held:
             trigger = self.rows[i].spec.trigger
             assert trigger is not None
-            host[i].copy_(self.guard.mask(trigger, self.rows[i].tail, n_words))
+            host[i] = self.guard.mask(trigger, self.rows[i].tail, n_words).numpy()
         return self.buffer.for_kernel(n_rows)
 
-    def _close_within_budget(self, row: Row, remaining: int, target: torch.Tensor) -> None:
-        """Narrow `target` to the tokens that still let the row end within its budget."""
+    def _close_within_budget(self, row: Row, remaining: int, i: int) -> None:
+        """Narrow host row `i` to the tokens that still let the row end within its budget."""
         start = time.perf_counter_ns()
+        spec = row.spec
         try:
-            closing = self.closer.mask(
-                row.spec.key, row.index, int(row.guide.get_state()), remaining, target, row.spec.index_path
-            )
+            closing = None
+            if self.closer.may_restrict(spec.key, row.index, remaining, spec.index_path):
+                state = int(row.guide.get_state())
+                closing = self.closer.mask(spec.key, row.index, state, remaining, self.buffer.host[i], spec.index_path)
         except LookupError as exc:
             self._stop_closing(row, exc)
             closing = None
         if closing is not None:
-            target.copy_(closing)
+            self.buffer.host_np[i] = closing.numpy()
         self.budget_ns += time.perf_counter_ns() - start
 
     def _holds_back_trigger(self, row: Row) -> bool:

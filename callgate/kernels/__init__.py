@@ -27,13 +27,22 @@ import torch
 
 from callgate.kernels.launcher import MaskCall, Rows, check_call
 
-__all__ = ["apply_token_bitmask", "backend_for"]
+__all__ = ["apply_token_bitmask", "apply_token_bitmask_rows", "backend_for"]
 
 
 def apply_token_bitmask(logits: torch.Tensor, bitmask: torch.Tensor, indices: Rows = None) -> None:
     """Set the logits of disallowed tokens to -inf in place (contract above)."""
     call = check_call(logits, bitmask, indices)
     _backend(call.logits.device.type)[1](call)
+
+
+def apply_token_bitmask_rows(logits: torch.Tensor, bitmask: torch.Tensor, rows: torch.Tensor) -> None:
+    """`apply_token_bitmask` for a caller that built `rows` itself: an int64, 1-D,
+    contiguous tensor on the logits' device of distinct rows, each below the batch size.
+    The tensors are checked as always; the rows are trusted (no torch ops on them: a
+    constraint processor calls this once per decoding step)."""
+    call = check_call(logits, bitmask, None)
+    _backend(call.logits.device.type)[1](MaskCall(call.logits, call.bitmask, rows))
 
 
 def backend_for(device: torch.device) -> str:
