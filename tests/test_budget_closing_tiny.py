@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from callgate.constraints.automaton import Spelling, build_automaton
+from callgate.constraints.budget import SizedLRU
 from callgate.constraints.processor import RowSpec, row_spec
 from callgate.constraints.walk import pack_bits
 from callgate.kernels.reference import allowed_matrix
@@ -136,3 +137,14 @@ def test_budget_closing_must_be_a_boolean(bad: object) -> None:
     assert row_spec({"callgate": {"key": "k", "regex": "a+b", "budget_closing": False}}) == RowSpec(
         "k", "a+b", None, None, False
     )
+
+
+def test_plans_and_automata_are_kept_within_their_byte_budget() -> None:
+    lru: SizedLRU[str, int] = SizedLRU(budget_bytes=10)
+    lru.put("a", 1, 4)
+    lru.put("b", 2, 4)
+    assert lru.get("a") == 1  # now the most recently used
+    lru.put("c", 3, 4)  # 12 bytes: the least recently used ("b") goes
+    assert (lru.get("b"), lru.get("a"), lru.get("c"), lru.used_bytes) == (None, 1, 3, 8)
+    lru.put("big", 4, 100)  # larger than the budget: kept alone, as the newest
+    assert len(lru) == 1 and lru.get("big") == 4

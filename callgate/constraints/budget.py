@@ -37,13 +37,16 @@ import functools
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import torch
 
 from callgate.constraints import closing_store
 from callgate.constraints.automaton import DEFAULT_MAX_STATES, ByteAutomaton, Spelling, build_automaton
 from callgate.constraints.walk import TokenBytes, Walker
+
+K = TypeVar("K")
+V = TypeVar("V")
 
 DEFAULT_BOUND = 512  # budget closing looks at the last 512 tokens of a request; before that, today's masks
 
@@ -84,6 +87,33 @@ def choose(plan: StatePlan, remaining: int) -> torch.Tensor | None:
     return plan.prefix[j - 1]
 
 
+class SizedLRU(Generic[K, V]):
+    """A mapping that keeps at most `budget_bytes` of values (each entry's size given
+    when it is put), least recently used first out; the newest entry always stays."""
+
+    def __init__(self, budget_bytes: int) -> None:
+        self.budget_bytes, self.used_bytes = budget_bytes, 0
+        self.entries: OrderedDict[K, tuple[V, int]] = OrderedDict()
+
+    def get(self, key: K) -> V | None:
+        found = self.entries.get(key)
+        if found is None:
+            return None
+        self.entries.move_to_end(key)
+        return found[0]
+
+    def put(self, key: K, value: V, nbytes: int) -> V:
+        self.entries[key] = (value, nbytes)
+        self.used_bytes += nbytes
+        while self.used_bytes > self.budget_bytes and len(self.entries) > 1:
+            _, (_, evicted) = self.entries.popitem(last=False)
+            self.used_bytes -= evicted
+        return value
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+
 class BudgetCloser:
     """Per-engine automata by grammar key and plans by (key, state, width), each least
     recently used first out within its byte budget."""
@@ -99,11 +129,9 @@ class BudgetCloser:
         automata_bytes: int = 256 << 20,
     ) -> None:
         self.by_bytes, self.eos_token_id, self.bound = by_bytes, eos_token_id, bound
-        self.max_states, self.budget_bytes, self.automata_bytes = max_states, budget_bytes, automata_bytes
-        self.plans: OrderedDict[tuple[str, int, int], StatePlan] = OrderedDict()
-        self.used_bytes = 0
-        self.automata: OrderedDict[str, ByteAutomaton] = OrderedDict()
-        self.automata_used = 0
+        self.max_states = max_states
+        self.plans: SizedLRU[tuple[str, int, int], StatePlan] = SizedLRU(budget_bytes)
+        self.automata: SizedLRU[str, ByteAutomaton] = SizedLRU(automata_bytes)
 
     @property
     def spelling(self) -> Spelling:
@@ -131,17 +159,11 @@ class BudgetCloser:
         is too large (more than `max_states` byte states) or the vocabulary lacks one-byte tokens."""
         found = self.automata.get(key)
         if found is not None:
-            self.automata.move_to_end(key)
             return found
         found = None if index_path is None else closing_store.load(index_path)
         if found is None:
             found = build_automaton(index, self.spelling, self.max_states)
-        self.automata[key] = found
-        self.automata_used += found.nbytes
-        while self.automata_used > self.automata_bytes and len(self.automata) > 1:
-            _, evicted = self.automata.popitem(last=False)
-            self.automata_used -= evicted.nbytes
-        return found
+        return self.automata.put(key, found, found.nbytes)
 
     def distance(self, key: str, index: Any, state: int, index_path: str | None = None) -> int:
         """D of an Index state (UNREACHABLE: no completion). Raises LookupError (see automaton)."""
@@ -168,7 +190,6 @@ class BudgetCloser:
         slot = (key, state, allowed.numel())
         found = self.plans.get(slot)
         if found is not None:
-            self.plans.move_to_end(slot)
             return found
         automaton = self.automaton(key, index, index_path)
         groups = self.walker.groups(automaton, automaton.state(state), allowed)
@@ -176,9 +197,4 @@ class BudgetCloser:
         for k in range(1, len(groups.needs)):  # a handful of groups; numpy's accumulate costs ~17 us
             torch.bitwise_or(prefix[k], prefix[k - 1], out=prefix[k])
         found = StatePlan(groups.needs[0] - 1, groups.needs, prefix, groups.single)
-        self.plans[slot] = found
-        self.used_bytes += found.nbytes
-        while self.used_bytes > self.budget_bytes and len(self.plans) > 1:
-            _, evicted = self.plans.popitem(last=False)
-            self.used_bytes -= evicted.nbytes
-        return found
+        return self.plans.put(slot, found, found.nbytes)
