@@ -10,7 +10,9 @@ completion, EOS); EOS itself needs 1 where s is final. Needs of `cap` or more ar
 group (`cap`): budget closing never has that many tokens left.
 
 Why C: a free-string state allows ~49k tokens, and walking each one's bytes through the
-table is ~320k lookups: ~0.3 ms in C, ~100 ms in Python. `group_by_need_reference` is the
+table is ~320k lookups: ~0.3 ms in C, ~100 ms in Python. Most of them never leave the
+state (every byte of the token loops back to it), which one test of the token's byte set
+against the state's looping bytes tells without the walk. `group_by_need_reference` is the
 Python twin (the tests compare the two); it is used when no C compiler is found.
 """
 
@@ -34,9 +36,14 @@ log = logging.getLogger("callgate.constraints.walk")
 _SOURCE = r"""
 #include <stdint.h>
 int64_t callgate_needs(const int32_t *table, const int32_t *dist, const uint8_t *data,
-                       const int64_t *offsets, int64_t n_tokens, const uint32_t *allowed,
-                       int64_t n_words, int64_t start, int64_t eos, int64_t is_final,
-                       int32_t cap, int32_t *need, uint8_t *present) {
+                       const int64_t *offsets, const uint64_t *bytesets, int64_t n_tokens,
+                       const uint32_t *allowed, int64_t n_words, int64_t start, int64_t eos,
+                       int64_t is_final, int32_t cap, int32_t *need, uint8_t *present) {
+  /* bytes that keep `start` where it is: a token made of them only ends at `start` */
+  uint64_t loop[4] = {0, 0, 0, 0};
+  for (int b = 0; b < 256; b++)
+    if (table[start * 256 + b] == start) loop[b >> 6] |= 1ull << (b & 63);
+  int32_t stay = dist[start] < cap - 2 ? dist[start] + 2 : cap;
   int64_t count = 0;
   for (int64_t w = 0; w < n_words; w++) {
     uint32_t m = allowed[w];
@@ -48,6 +55,13 @@ int64_t callgate_needs(const int32_t *table, const int32_t *dist, const uint8_t 
       if (t == eos) {
         k = is_final ? 1 : cap;
       } else if (t < n_tokens && offsets[t] < offsets[t + 1]) {
+        const uint64_t *own = bytesets + 4 * t;
+        if (!((own[0] & ~loop[0]) | (own[1] & ~loop[1]) | (own[2] & ~loop[2]) | (own[3] & ~loop[3]))) {
+          need[t] = stay;
+          present[stay] = 1;
+          count++;
+          continue;
+        }
         int64_t s = start;
         for (int64_t p = offsets[t]; p < offsets[t + 1] && s >= 0; p++) s = table[s * 256 + data[p]];
         if (s >= 0 && dist[s] < cap - 2) k = dist[s] + 2;
@@ -80,6 +94,7 @@ class TokenBytes:
 
     data: numpy.ndarray  # uint8
     offsets: numpy.ndarray  # int64 [n_tokens + 1]
+    bytesets: numpy.ndarray  # uint64 [n_tokens, 4]: bit b set when byte b occurs in the token
 
     @classmethod
     def of(cls, by_bytes: Mapping[bytes, Sequence[int]]) -> TokenBytes:
@@ -88,7 +103,12 @@ class TokenBytes:
         ordered = [pieces.get(i, b"") for i in range(n)]
         lengths = numpy.fromiter((len(p) for p in ordered), dtype=numpy.int64, count=n)
         offsets = numpy.concatenate(([0], numpy.cumsum(lengths))).astype(numpy.int64)
-        return cls(numpy.frombuffer(b"".join(ordered), dtype=numpy.uint8).copy(), offsets)
+        data = numpy.frombuffer(b"".join(ordered), dtype=numpy.uint8).copy()
+        owner = numpy.repeat(numpy.arange(n, dtype=numpy.int64), lengths)
+        bytesets = numpy.zeros((n, 4), dtype=numpy.uint64)
+        bits = numpy.left_shift(numpy.uint64(1), (data & 63).astype(numpy.uint64))
+        numpy.bitwise_or.at(bytesets, (owner, data >> 6), bits)
+        return cls(data, offsets, bytesets)
 
     @property
     def n_tokens(self) -> int:
@@ -114,6 +134,7 @@ class Walker:
         self.group = numpy.zeros(cap + 1, dtype=numpy.int32)
         # numpy's `.ctypes.data` costs about a microsecond a call: take the addresses once
         self.data_ptr, self.offsets_ptr = int(tokens.data.ctypes.data), int(tokens.offsets.ctypes.data)
+        self.bytesets_ptr = int(tokens.bytesets.ctypes.data)
         self.need_ptr, self.present_ptr = 0, int(self.present.ctypes.data)
         self.group_ptr = int(self.group.ctypes.data)
 
@@ -136,6 +157,7 @@ class Walker:
             automaton.distance_ptr,
             self.data_ptr,
             self.offsets_ptr,
+            self.bytesets_ptr,
             self.tokens.n_tokens,
             row_ptr,
             n_words,
@@ -209,7 +231,7 @@ def _functions() -> tuple[Any, Any] | None:
         return None
     ptr, i64, i32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int32
     needs = library.callgate_needs
-    needs.argtypes = (ptr, ptr, ptr, ptr, i64, ptr, i64, i64, i64, i64, i32, ptr, ptr)
+    needs.argtypes = (ptr, ptr, ptr, ptr, ptr, i64, ptr, i64, i64, i64, i64, i32, ptr, ptr)
     needs.restype = i64
     bits = library.callgate_group_bits
     bits.argtypes = (ptr, i64, ptr, ptr, ptr)
