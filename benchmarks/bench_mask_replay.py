@@ -2,7 +2,8 @@
 
 Workload: the outputs an earlier `bench_parse_errors.py --dump FILE` run wrote (callgate's
 `required` and `named` configurations by default: SmolLM2's own calls on BFCL cases). Each
-output is re-tokenised with the embedded model's tokenizer and fed, `--batch` requests at a
+output is re-tokenised with the embedded model's tokenizer, its grammar compiled just
+before its chunk (as bench_parse_errors does), and fed, `--batch` requests at a
 time, to callgate's logits processor (`ConstrainedBatch`, the class vLLM's engine runs, with
 the real vocabulary and the grammars `callgate.constraints.build` compiles, Index and
 closing tables loaded from the files the server would hand the engine), as vLLM would: one
@@ -42,8 +43,22 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 @dataclass(frozen=True, slots=True)
 class Replay:
     format: str
-    extra: dict[str, Any]  # extra_args["callgate"] of the request
+    tools: list[Mapping[str, Any]]
+    tool_choice: Any
     ids: list[int]
+
+
+def grammar_args(r: Replay, vocab: Any) -> dict[str, Any]:
+    """extra_args["callgate"] of the request: the grammar compiled (or found) now, so that
+    its Index and closing tables are in the disk tier while its chunk replays (compiling
+    every output's grammar first would evict the early ones: free-text grammars' Index
+    files are tens of MB against the tier's 1 GiB)."""
+    from callgate import constraints
+
+    c = constraints.build(r.format, r.tools, r.tool_choice, True, None, vocab)
+    assert c is not None  # a tool_choice of required or a named function always constrains
+    ref = c.ref()
+    return {"key": ref.key, "regex": ref.regex, "trigger": ref.trigger, "index_path": ref.index_path}
 
 
 @dataclass
@@ -59,8 +74,8 @@ class Update:
     moved: tuple[()] = ()
 
 
-def load_replays(dump: Path, modes: Sequence[str], max_tokens: int, limit: int) -> list[Replay]:
-    """The dumped outputs of callgate's `modes`, with their grammars compiled here."""
+def load_replays(dump: Path, modes: Sequence[str], max_tokens: int, limit: int) -> tuple[list[Replay], Any]:
+    """The dumped outputs of callgate's `modes` as token ids, and the vocabulary to compile with."""
     import bench_parse_errors as bench
 
     from callgate import constraints
@@ -78,28 +93,24 @@ def load_replays(dump: Path, modes: Sequence[str], max_tokens: int, limit: int) 
         case = cases.get(r["case"])
         if case is None:
             continue
-        c = constraints.build(r["format"], list(case.tools), bench.tool_choice(r["mode"], case), True, None, vocab)
-        if c is None:
-            continue
         ids = tok.hf.encode(r["text"], add_special_tokens=False)[:max_tokens]
         if r["finish"] == "stop" and len(ids) < max_tokens:
             ids.append(tok.eos_token_id)
-        ref = c.ref()
-        extra = {"key": ref.key, "regex": ref.regex, "trigger": ref.trigger, "index_path": ref.index_path}
-        out.append(Replay(r["format"], extra, ids))
-    return out
+        out.append(Replay(r["format"], list(case.tools), bench.tool_choice(r["mode"], case), ids))
+    return out, vocab
 
 
 def replay_chunk(
-    batch: Any, chunk: Sequence[Replay], max_tokens: int, closing: bool, width: int
+    batch: Any, chunk: Sequence[Replay], args: Sequence[dict[str, Any]], max_tokens: int, closing: bool, width: int
 ) -> tuple[list[float], list[float]]:
-    """Per-token µs of every step of one chunk through `batch`, and the budget-closing part."""
+    """Per-token µs of every step of one chunk through `batch` (its requests' grammar
+    `args`), and the budget-closing part."""
     import torch
 
     outs: list[list[int]] = [[] for _ in chunk]
     added = []
-    for slot, r in enumerate(chunk):
-        extra = {"callgate": {**r.extra, "budget_closing": closing}}
+    for slot, grammar in enumerate(args):
+        extra = {"callgate": {**grammar, "budget_closing": closing}}
         added.append((slot, Params(extra, max_tokens), None, outs[slot]))
     batch.update_state(Update(added, []))
     times: list[float] = []
@@ -136,7 +147,8 @@ def stats(values: Sequence[float]) -> dict[str, float]:
     }
 
 
-def run(replays: Sequence[Replay], batch_size: int, max_tokens: int) -> dict[str, Any]:
+def run(replays: Sequence[Replay], vocab: Any, batch_size: int, max_tokens: int) -> dict[str, Any]:
+    from callgate import constraints
     from callgate.constraints.processor import ConstrainedBatch
     from callgate.serving.model_store import ensure_embedded_model
 
@@ -144,14 +156,17 @@ def run(replays: Sequence[Replay], batch_size: int, max_tokens: int) -> dict[str
     on, off = ConstrainedBatch(config, "cpu", False), ConstrainedBatch(config, "cpu", False)
     width = 32 * ((on.tokens.vocabulary.size + 31) // 32)
     warm = replays[: min(2, len(replays))]  # grammar loads, the C library, first plans
+    warm_args = [grammar_args(r, vocab) for r in warm]
     for proc, closing in ((on, True), (off, False)):
-        replay_chunk(proc, warm, max_tokens, closing, width)
+        replay_chunk(proc, warm, warm_args, max_tokens, closing, width)
     times: dict[str, list[float]] = {"on": [], "off": [], "budget": []}
     chunks = [replays[i : i + batch_size] for i in range(len(warm), len(replays), batch_size)]
     for k, chunk in enumerate(chunks):
+        constraints.CACHE.clear()  # bounded memory: one chunk of grammars at a time
+        grammars = [grammar_args(r, vocab) for r in chunk]
         order = ((on, True), (off, False)) if k % 2 == 0 else ((off, False), (on, True))
         for proc, closing in order:
-            step_us, budget_us = replay_chunk(proc, chunk, max_tokens, closing, width)
+            step_us, budget_us = replay_chunk(proc, chunk, grammars, max_tokens, closing, width)
             times["on" if closing else "off"].extend(step_us)
             if closing:
                 times["budget"].extend(budget_us)
@@ -166,11 +181,11 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--limit", type=int, default=10_000, help="at most this many outputs")
     args = parser.parse_args()
-    replays = load_replays(Path(args.dump), args.modes.split(","), args.max_tokens, args.limit)
+    replays, vocab = load_replays(Path(args.dump), args.modes.split(","), args.max_tokens, args.limit)
     by_format: dict[str, list[Replay]] = {}
     for r in replays:
         by_format.setdefault(r.format, []).append(r)
-    results = {fmt: run(rs, args.batch, args.max_tokens) | {"outputs": len(rs)} for fmt, rs in by_format.items()}
+    results = {fmt: run(rs, vocab, args.batch, args.max_tokens) | {"outputs": len(rs)} for fmt, rs in by_format.items()}
     head = f"{'format':<10} {'outputs':>7} {'closing':<8} {'steps':>6} {'p50 us':>8} {'p90 us':>8} {'p99 us':>8}"
     print(head + f" {'mean us':>8}")
     for fmt, res in results.items():

@@ -51,6 +51,13 @@ class Spelling:
         prefixes = frozenset(data[:k] for data in tokens for k in range(1, len(data) + 1))
         return cls(singles, tokens, prefixes)
 
+    @classmethod
+    def usable(cls, by_bytes: Mapping[bytes, Sequence[int]]) -> Spelling | None:
+        """The vocabulary's Spelling, None when a token uses a byte without a one-byte
+        token (the byte automaton cannot walk it)."""
+        found = cls.of(by_bytes)
+        return found if found.covers(by_bytes) else None
+
     def covers(self, data: Iterable[bytes]) -> bool:
         """True when every byte of every token in `data` has a one-byte token."""
         have = {b for b, _ in self.singles}

@@ -144,8 +144,8 @@ class BudgetCloser:
 
     @functools.cache  # noqa: B019 - one closer per engine, kept for its life
     def _spelling(self) -> Spelling | LookupError:
-        found = Spelling.of(self.by_bytes)
-        if not found.covers(self.by_bytes):
+        found = Spelling.usable(self.by_bytes)
+        if found is None:
             return LookupError("a token uses a byte with no one-byte token: budget closing needs one per byte")
         return found
 
@@ -174,10 +174,9 @@ class BudgetCloser:
         self, key: str, index: Any, state: int, remaining: int, allowed: torch.Tensor, index_path: str | None = None
     ) -> torch.Tensor | None:
         """The restricted bitmask row, or None to keep the grammar's mask `allowed` (the
-        state's own int32 row). Raises LookupError when the grammar cannot be measured:
-        the caller stops closing that row."""
-        if not self.may_restrict(key, index, remaining, index_path):
-            return None
+        state's own int32 row). Call it where `may_restrict` is True (elsewhere it plans
+        for nothing). Raises LookupError when the grammar cannot be measured: the caller
+        stops closing that row."""
         return choose(self.plan(key, index, state, allowed, index_path), remaining)
 
     def may_restrict(self, key: str, index: Any, remaining: int, index_path: str | None = None) -> bool:

@@ -45,7 +45,8 @@ log = logging.getLogger("callgate.constraints.cache")
 MAGIC = b"callgate-index/2\n"
 HEADER_BYTES = len(MAGIC) + 12  # then the payload's length (8 bytes) and CRC-32 (4), little-endian
 SUFFIX = ".index"
-COMPANION_SUFFIXES = (".closing",)  # written beside an Index file, evicted with it
+CLOSING_SUFFIX = ".closing"  # budget closing's tables (closing_store.py) beside an Index file
+COMPANION_SUFFIXES = (CLOSING_SUFFIX,)  # written beside an Index file, evicted with it
 DEFAULT_DISK_BYTES = 1 << 30
 
 

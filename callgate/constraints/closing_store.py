@@ -25,12 +25,11 @@ from callgate.constraints.automaton import (
     automaton_from_bytes,
     build_automaton,
 )
-from callgate.constraints.cache import TokenVocabulary, read_framed, touch, write_framed
+from callgate.constraints.cache import CLOSING_SUFFIX, TokenVocabulary, read_framed, touch, write_framed
 
 log = logging.getLogger("callgate.constraints.closing_store")
 
 MAGIC = b"callgate-closing/1\n"
-SUFFIX = ".closing"
 
 _SPELLINGS: dict[str, Spelling | None] = {}  # vocabulary fingerprint -> its spelling (None: not every byte)
 _LOCK = threading.Lock()
@@ -38,7 +37,7 @@ _LOCK = threading.Lock()
 
 def path_for(index_path: str | Path) -> Path:
     """The closing file beside an Index file."""
-    return Path(index_path).with_suffix(SUFFIX)
+    return Path(index_path).with_suffix(CLOSING_SUFFIX)
 
 
 def spelling_of(vocabulary: TokenVocabulary) -> Spelling | None:
@@ -46,9 +45,8 @@ def spelling_of(vocabulary: TokenVocabulary) -> Spelling | None:
     byte without a one-byte token or the vocabulary was built without its tokens."""
     with _LOCK:
         if vocabulary.fingerprint not in _SPELLINGS:
-            found = Spelling.of(vocabulary.tokens) if vocabulary.tokens else None
-            usable = found is not None and found.covers(vocabulary.tokens)
-            _SPELLINGS[vocabulary.fingerprint] = found if usable else None
+            found = Spelling.usable(vocabulary.tokens) if vocabulary.tokens else None
+            _SPELLINGS[vocabulary.fingerprint] = found
         return _SPELLINGS[vocabulary.fingerprint]
 
 

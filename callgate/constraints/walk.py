@@ -2,7 +2,7 @@
 
 Knows: a ByteAutomaton (byte table, distances D), the engine's ordinary tokens as one byte
 string with offsets, and the bitmask layout (bit j of word w is token 32 * w + j). Does
-not know: outlines-core, vLLM, requests; budget.py calls `group_by_need` once per
+not know: outlines-core, vLLM, requests; budget.py calls `Walker.groups` once per
 (grammar, state) and keeps the result.
 
 The need of a token t allowed at state s is D(next) + 2 (the token, the rest of the
@@ -125,7 +125,7 @@ class Groups:
 
 
 class Walker:
-    """`group_by_need` with its scratch buffers kept between calls (one per engine)."""
+    """Groups a state's allowed tokens by need, in C, with scratch buffers kept between calls (one per engine)."""
 
     def __init__(self, tokens: TokenBytes, eos: int, cap: int) -> None:
         self.tokens, self.eos, self.cap = tokens, eos, cap
@@ -175,14 +175,6 @@ class Walker:
         single = torch.zeros(len(found), n_words, dtype=torch.int32)
         bits_fn(row_ptr, n_words, self.need_ptr, self.group_ptr, single.data_ptr())
         return Groups(tuple(found.tolist()), single)
-
-
-def group_by_need(
-    automaton: ByteAutomaton, tokens: TokenBytes, state: int, allowed: torch.Tensor, eos: int, cap: int
-) -> Groups:
-    """Group the tokens set in `allowed` (the grammar's own int32 mask row of dense state
-    `state`) by need. Raises LookupError when nothing is allowed."""
-    return Walker(tokens, eos, cap).groups(automaton, state, allowed)
 
 
 def group_by_need_reference(
