@@ -14,7 +14,7 @@ model's own threads, and on a shared machine a descheduled OpenMP thread makes t
 compiled kernel's timings meaningless; callgate's C loop is single-threaded.
 
 Prints a table, writes benchmarks/kernels.png (unless --no-chart), and ends with ONE
-JSON line. Usage: python benchmarks/bench_kernels.py [--device cpu|cuda] [--no-chart]
+JSON line. Usage: python benchmarks/bench_kernels.py [--device cpu|cuda] [--no-chart | --chart PNG]
 """
 
 from __future__ import annotations
@@ -162,17 +162,19 @@ def synthetic_table() -> Any:
     return TokenTable.build(synthetic_tokens(STEP_VOCAB), STEP_VOCAB - 1, {})
 
 
-def processor_steps(batch: int, steps: int, cache: bool, regex: str = "") -> dict[str, float]:
+def processor_steps(batch: int, steps: int, cache: bool, regex: str = "", device: str = "cpu") -> dict[str, float]:
     """Mask-time percentiles of a ConstrainedBatch keeping `batch` rows busy under
     STEP_REGEX for `steps` steps (argmax of random logits; a finished call is replaced by
-    a new request in its slot, as in continuous batching)."""
+    a new request in its slot, as in continuous batching). With `device` "cuda" the logits
+    live on the GPU: the host bitmask is copied over and Triton masks it (asynchronously;
+    the argmax's read-back waits for it, outside the timed span)."""
     from callgate.constraints.processor import ConstrainedBatch, MaskTimings
 
     class Synthetic(ConstrainedBatch):
         def load_tokens(self) -> Any:
             return synthetic_table()
 
-    proc = Synthetic(None, "cpu", False)
+    proc = Synthetic(None, device, device == "cuda")
     proc.masks.budget_bytes = proc.masks.budget_bytes if cache else 0
     regex = regex or STEP_REGEX
     params = SimpleNamespace(extra_args={"callgate": {"key": f"bench:{regex}", "regex": regex}})
@@ -182,7 +184,7 @@ def processor_steps(batch: int, steps: int, cache: bool, regex: str = "") -> dic
     for step in range(WARMUP_STEPS + steps):
         if step == WARMUP_STEPS:
             proc.timings = MaskTimings()
-        logits = proc.apply(torch.randn(batch, STEP_VOCAB, generator=gen))
+        logits = proc.apply(torch.randn(batch, STEP_VOCAB, generator=gen).to(device))
         finished = []
         for row, token in enumerate(logits.argmax(-1).tolist()):
             outputs[row].append(token)
@@ -262,7 +264,7 @@ def _tokenizer(folder: Path) -> Any:
     return HfTokenizer(folder)
 
 
-def run_steps() -> dict[str, dict[str, float]]:
+def run_steps(device: str) -> dict[str, dict[str, float]]:
     steps = {}
     for label, batch, regex in (
         ("batch1", 1, STEP_REGEX),
@@ -270,9 +272,9 @@ def run_steps() -> dict[str, dict[str, float]]:
         ("string_batch1", 1, STRING_REGEX),
     ):
         for cache in (True, False):
-            summary = processor_steps(batch, STEPS, cache, regex)
+            summary = processor_steps(batch, STEPS, cache, regex, device)
             steps[f"{label}_{'state_cache' if cache else 'no_cache'}"] = {k: round(v, 2) for k, v in summary.items()}
-    folder = embedded_folder()
+    folder = embedded_folder() if device == "cpu" else None
     for batch in (1, 8) if folder is not None else ():
         assert folder is not None
         steps[f"smollm2_call_batch{batch}"] = {k: round(v, 2) for k, v in real_vocab_steps(folder, batch).items()}
@@ -349,6 +351,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     parser.add_argument("--no-chart", action="store_true")
+    parser.add_argument("--chart", type=Path, help="chart file (default: kernels.png; kernels_cuda.png on cuda)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (outlines-core's compiled kernel)")
     args = parser.parse_args(argv)
     torch.manual_seed(SEED)
@@ -357,10 +360,11 @@ def main(argv: list[str] | None = None) -> int:
     print("environment:", env)
     rows = run(args.device)
     print_table(rows)
-    steps = run_steps()
+    steps = run_steps(args.device)
     print_steps(steps)
     if not args.no_chart:
-        chart(rows, Path(__file__).with_name("kernels.png"), env)
+        default = "kernels.png" if args.device == "cpu" else "kernels_cuda.png"
+        chart(rows, args.chart or Path(__file__).with_name(default), env)
     shapes = [r for r in rows if "vocab" in r]
     target = next(r for r in shapes if r["vocab"] == 128256 and r["batch"] == 1 and r["mask"] == "random")
     summary = {

@@ -264,3 +264,33 @@ def test_a_grammar_that_cannot_compile_here_leaves_only_that_row_free(caplog: py
     logits = step(batch, 2)
     assert len(allowed(logits, 0)) == VOCAB and allowed(logits, 1) == {0, 10}
     assert "constrained decoding disabled" in caplog.text
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU")
+def test_on_a_gpu_the_batch_masks_exactly_as_on_the_cpu() -> None:
+    """Pinned host rows copied asynchronously, then Triton: the same bits as the C loop,
+    step after step, with unconstrained rows between constrained ones and a swap midway."""
+    on_cpu, on_gpu = new_batch(), TinyBatch(None, "cuda", True)
+    assert on_gpu.backend == "triton"
+    outs = {name: ([0], [], [2]) for name in ("cpu", "gpu")}
+    for name, batch in (("cpu", on_cpu), ("gpu", on_gpu)):
+        ab, free, cx = outs[name]
+        added = [(0, constrained("(ab|a)+b"), None, ab), (1, Params(), None, free), (2, constrained("c+x"), None, cx)]
+        batch.update_state(Update(3, added=added))
+    gen = torch.Generator().manual_seed(7)
+    for n in range(6):
+        if n == 3:
+            for batch in (on_cpu, on_gpu):
+                batch.update_state(Update(3, moved=[(0, 2, Direction.SWAP)]))
+        logits = torch.randn(3, VOCAB, generator=gen)
+        want = on_cpu.apply(logits.clone())
+        got = on_gpu.apply(logits.cuda()).cpu()
+        assert torch.equal(got.view(torch.int32), want.view(torch.int32)), n
+        picks = want.argmax(-1).tolist()
+        for name in ("cpu", "gpu"):
+            rows = outs[name] if n < 3 else (outs[name][2], outs[name][1], outs[name][0])
+            for out, token in zip(rows, picks, strict=True):
+                out.append(token)
+        for batch in (on_cpu, on_gpu):
+            batch.update_state(None)
