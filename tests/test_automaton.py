@@ -33,7 +33,7 @@ from callgate.constraints.automaton import (
     automaton_from_bytes,
     build_automaton,
 )
-from callgate.constraints.budget import BudgetCloser
+from callgate.constraints.budget import BudgetCloser, choose
 from callgate.constraints.cache import DiskTier, write_framed
 from callgate.constraints.walk import TokenBytes, Walker, group_by_need_reference
 from tests.test_budget_closing import FORMATS, TOOLS, table
@@ -142,12 +142,12 @@ def test_the_c_walk_groups_exactly_as_the_python_reference(fmt: str) -> None:
         fast = walker.groups(a, a.state(state), row)
         slow = group_by_need_reference(a, walker.tokens, a.state(state), row, walker.eos, walker.cap)
         assert fast.needs == slow.needs
-        assert torch.equal(fast.single, slow.single)
-        union = fast.single[0].clone()
+        assert numpy.array_equal(fast.single, slow.single)
+        union = fast.single[0].copy()
         for g in fast.single[1:]:
             assert not (union & g).any()  # groups are disjoint
             union |= g
-        assert torch.equal(union, row)  # and cover the grammar's mask
+        assert numpy.array_equal(union, row.numpy())  # and cover the grammar's mask
         sizes.append(int(numpy.unpackbits(row.numpy().view(numpy.uint8)).sum()))
     assert max(sizes) > 10_000 and min(sizes) < 100  # free strings and markers both walked
 
@@ -172,10 +172,51 @@ def _guide_at(index: Any, state: int) -> Any:
     return guide
 
 
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_no_allowed_token_needs_more_than_its_states_reach_and_skipping_changes_no_mask(fmt: str) -> None:
+    """reach + 2 bounds every need the C walk finds (EOS aside), and the closer's per-state
+    skip returns what the plan would: every remaining count gives the same bits."""
+    c, a = compiled(fmt), automaton(fmt)
+    t = table()
+    closer = BudgetCloser(t.by_bytes, t.vocabulary.eos_token_id)
+    closer.automata.put(c.key, a, a.nbytes)
+    n_words = (t.vocabulary.size + 31) // 32
+    skipped = 0
+    widest = sorted(a.ids.tolist(), key=lambda s: len(c.index.get_allowed_tokens(s)))
+    for state in [*sampled_states(c.index, 12, seed=11), widest[0], widest[-1]]:
+        row = torch.zeros(n_words, dtype=torch.int32)
+        _guide_at(c.index, state).write_mask_into(row.data_ptr(), row.numel(), 4)
+        plan = closer.plan(c.key, c.index, state, row)
+        dense = a.state(state)
+        assert max(n for n in plan.needs if n < closer.walker.cap) <= max(int(a.reach[dense]) + 2, 1)
+        for remaining in range(1, a.farthest + 3):
+            chosen = choose(plan, remaining)
+            planned = None if chosen is None else torch.from_numpy(chosen)
+            got = closer.mask(c.key, c.index, state, remaining, row)
+            skipped += remaining >= a.reach[dense] + 2  # the grammar-wide skip says no, the state says yes
+            assert torch.equal(row if got is None else got, row if planned is None else planned), (state, remaining)
+    assert skipped  # the per-state skip is taken, and changes nothing
+
+
+def test_reach_is_the_largest_distance_within_one_token_of_bytes() -> None:
+    """Against a breadth-first search over the byte table, bounded by the longest token."""
+    a = automaton("qwen3-xml")
+    longest = max(map(len, spelling().tokens))
+    for s in random.Random(3).sample(range(len(a.ids)), 40):
+        seen, frontier, best = set(), {s}, -1
+        for _ in range(longest):
+            frontier = {int(n) for f in frontier for n in a.table[f] if n >= 0} - seen
+            if not frontier:
+                break
+            seen |= frontier
+            best = max(best, *(int(a.distance[n]) for n in frontier))
+        assert a.reach[s] == best, s
+
+
 def test_the_tables_survive_their_round_trip() -> None:
     a = automaton("hermes")
     back = automaton_from_bytes(automaton_bytes(a))
-    for name in ("ids", "table", "final", "distance", "to_end"):
+    for name in ("ids", "table", "final", "distance", "to_end", "reach"):
         assert numpy.array_equal(getattr(back, name), getattr(a, name))
     assert back.dense == a.dense
 
@@ -186,11 +227,12 @@ def test_the_tables_survive_their_round_trip() -> None:
         lambda arrays: arrays.update(table=arrays["table"] + 10_000),  # points outside its states
         lambda arrays: arrays.update(distance=arrays["distance"].astype(numpy.int64)),  # wrong dtype
         lambda arrays: arrays.pop("final"),  # missing array
+        lambda arrays: arrays.pop("reach"),  # a file of the first version
     ],
 )
 def test_malformed_tables_are_refused(damage: Any) -> None:
     a = automaton("hermes")
-    arrays = {n: getattr(a, n) for n in ("ids", "table", "final", "distance", "to_end")}
+    arrays = {n: getattr(a, n) for n in ("ids", "table", "final", "distance", "to_end", "reach")}
     damage(arrays)
     out = io.BytesIO()
     numpy.savez(out, **arrays)
@@ -236,6 +278,22 @@ def test_a_damaged_tables_file_is_ignored_and_the_closer_builds_its_own(
     with caplog.at_level(logging.WARNING):
         assert closing_store.load(c.index_path) is None
     assert "did not load" in caplog.text
+
+
+def test_tables_of_an_older_version_are_rewritten(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(constraints.CACHE, "disk", DiskTier(tmp_path, max_bytes=1 << 30))
+    c = constraints.build("hermes", TOOLS, "required", False, None, table().vocabulary)
+    assert c is not None and c.index_path is not None
+    path = closing_store.path_for(c.index_path)
+    write_framed(path, b"callgate-closing/1\n", b"whatever the first version wrote")
+    assert closing_store.load(c.index_path) is None
+    assert closing_store.persist(c.index_path, c.index, table().vocabulary) == path
+    loaded = closing_store.load(c.index_path)
+    assert loaded is not None and numpy.array_equal(loaded.reach, automaton_of(c).reach)
+
+
+def automaton_of(c: constraints.Constraint) -> ByteAutomaton:
+    return build_automaton(c.index, spelling())
 
 
 def test_evicting_an_index_file_removes_its_tables(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

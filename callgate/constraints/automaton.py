@@ -20,6 +20,13 @@ from the final states; the canonical completion of s follows, from each state, t
 byte that lowers B; D(s) is the fewest tokens that spell that text (each token a prefix of
 it, states taken in order of B, so the rest is already known). A state that cannot reach
 a final state has D = UNREACHABLE.
+
+`reach[s]` is the largest D among the states that a path of 1 to `longest` bytes leads to
+from s (`longest`: the vocabulary's longest token), -1 where no byte leaves s. Any
+token allowed at s ends in one of them, so no token there needs more than reach[s] + 2
+tokens to close (walk.py's need): with that many tokens left, budget closing has nothing
+to restrict at s and skips its plan. Computed with the rest (a few ms: at most `longest`
+rounds over the distinct edges) and shipped in the same file.
 """
 
 from __future__ import annotations
@@ -74,25 +81,29 @@ class ByteAutomaton:
     final: numpy.ndarray  # [n] bool
     distance: numpy.ndarray  # [n] int32: D, UNREACHABLE without a completion
     to_end: numpy.ndarray  # [n] int64: B, bytes of a shortest completion (UNREACHABLE: none)
+    reach: numpy.ndarray  # [n] int32: the largest D one token's bytes can lead to (-1: none)
+    loops: numpy.ndarray  # [n, 4] uint64: bit b of row s set when byte b leads from s back to s
     # addresses of `table` and `distance` for walk.py's C calls (numpy's `.ctypes.data`
     # costs about a microsecond each time)
     table_ptr: int = field(init=False, repr=False, compare=False)
     distance_ptr: int = field(init=False, repr=False, compare=False)
+    loops_ptr: int = field(init=False, repr=False, compare=False)
     # the largest D of any state (UNREACHABLE when some state has no completion): no
     # token anywhere in this grammar needs more than farthest + 2 tokens to close
     farthest: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        for name, array in (("table", self.table), ("distance", self.distance)):
+        for name, array in (("table", self.table), ("distance", self.distance), ("loops", self.loops)):
             if not array.flags.c_contiguous:
                 raise ValueError(f"ByteAutomaton.{name} must be C-contiguous")
         object.__setattr__(self, "table_ptr", int(self.table.ctypes.data))
         object.__setattr__(self, "distance_ptr", int(self.distance.ctypes.data))
+        object.__setattr__(self, "loops_ptr", int(self.loops.ctypes.data))
         object.__setattr__(self, "farthest", int(self.distance.max(initial=0)))
 
     @property
     def nbytes(self) -> int:
-        arrays = (self.ids, self.table, self.final, self.distance, self.to_end)
+        arrays = (self.ids, self.table, self.final, self.distance, self.to_end, self.reach, self.loops)
         return sum(int(a.nbytes) for a in arrays) + 64 * len(self.dense)
 
     def shortest_text(self, state: int) -> bytes | None:
@@ -124,8 +135,18 @@ def build_automaton(index: Any, spelling: Spelling, max_states: int = DEFAULT_MA
     final = numpy.fromiter((bool(index.is_final_state(s)) for s in ids), dtype=numpy.bool_, count=len(ids))
     by_bytes = _bytes_to_end(table, final)
     distance = _token_distances(table, final, by_bytes, spelling)
+    reach = _reach(table, distance, max(map(len, spelling.tokens), default=1))
     dense = {int(s): i for i, s in enumerate(ids)}
-    return ByteAutomaton(numpy.asarray(ids, dtype=numpy.int64), dense, table, final, distance, by_bytes)
+    ids_array = numpy.asarray(ids, dtype=numpy.int64)
+    return ByteAutomaton(ids_array, dense, table, final, distance, by_bytes, reach, _loops(table))
+
+
+def _loops(table: numpy.ndarray) -> numpy.ndarray:
+    """Per state, the bytes that lead back to it, as 256 bits (four little-endian words)."""
+    back = table == numpy.arange(len(table), dtype=table.dtype)[:, None]
+    packed = numpy.packbits(back, axis=1, bitorder="little")  # [n, 32] bytes
+    words: numpy.ndarray = numpy.ascontiguousarray(packed).view("<u8").astype(numpy.uint64)
+    return words
 
 
 def _byte_table(index: Any, singles: Sequence[tuple[int, int]], max_states: int) -> tuple[list[int], numpy.ndarray]:
@@ -206,12 +227,40 @@ def _token_distances(
     return numpy.minimum(distance, UNREACHABLE).astype(numpy.int32)
 
 
+def _reach(table: numpy.ndarray, distance: numpy.ndarray, longest: int) -> numpy.ndarray:
+    """reach[s]: the largest D over the states 1..`longest` bytes from s (-1: none)."""
+    n = len(distance)
+    src, byte = numpy.nonzero(table >= 0)  # sorted by source state
+    pairs = numpy.unique(src.astype(numpy.int64) * n + table[src, byte])  # distinct edges, by source
+    src, dst = pairs // n, pairs % n
+    starts = numpy.searchsorted(src, numpy.arange(n))
+    has_edges = numpy.bincount(src, minlength=n) > 0
+
+    def widest(values: numpy.ndarray) -> numpy.ndarray:  # per state, the largest value over its edges
+        out = numpy.full(n, -1, dtype=numpy.int64)
+        if len(dst):
+            out[has_edges] = numpy.maximum.reduceat(values[dst], starts[has_edges])
+        return out
+
+    one = widest(distance.astype(numpy.int64))
+    reach = one
+    for _ in range(longest - 1):
+        wider = numpy.maximum(one, widest(reach))
+        if numpy.array_equal(wider, reach):
+            break
+        reach = wider
+    clamped: numpy.ndarray = numpy.minimum(reach, UNREACHABLE).astype(numpy.int32)
+    return clamped
+
+
 _ARRAYS: dict[str, Any] = {
     "ids": numpy.int64,
     "table": numpy.int32,
     "final": numpy.bool_,
     "distance": numpy.int32,
     "to_end": numpy.int64,
+    "reach": numpy.int32,
+    "loops": numpy.uint64,
 }
 
 
@@ -230,7 +279,15 @@ def automaton_from_bytes(data: bytes) -> ByteAutomaton:
     except (OSError, KeyError, ValueError, EOFError) as exc:
         raise ValueError(f"not a closing-table archive: {exc}") from exc
     n = len(arrays["ids"])
-    shapes = {"ids": (n,), "table": (n, 256), "final": (n,), "distance": (n,), "to_end": (n,)}
+    shapes = {
+        "ids": (n,),
+        "table": (n, 256),
+        "final": (n,),
+        "distance": (n,),
+        "to_end": (n,),
+        "reach": (n,),
+        "loops": (n, 4),
+    }
     for name, dtype in _ARRAYS.items():
         if arrays[name].dtype != dtype or arrays[name].shape != shapes[name]:
             raise ValueError(f"closing-table array {name}: {arrays[name].dtype} {arrays[name].shape}")

@@ -13,7 +13,9 @@ state), walking every allowed token through the byte table in C (walk.py): a few
 microseconds for a state with a handful of tokens, ~0.3 ms for a free string's ~49k.
 Nothing is computed before a request's last `bound` tokens, nor while the tokens left
 exceed every need the grammar has (its largest D plus 2: 32-45 tokens for BFCL hermes
-grammars, 34-61 qwen3-xml, 90-156 dsml-v4), which skips most plans of a short call.
+grammars, 34-61 qwen3-xml, 90-156 dsml-v4), nor while they exceed every need the row's
+state has (reach + 2, automaton.py); in the replayed BFCL outputs the last skip leaves
+about one plan in four.
 
 With r tokens left (r counts the one being sampled) and slack = r - 1 - d, where
 d = min need - 1 (at most D(state)):
@@ -26,8 +28,9 @@ d = min need - 1 (at most D(state)):
   cut at max_tokens as before (the parser reports the unterminated call).
 
 Because D is consistent, a row that starts with slack >= 0 keeps a token with need <= r at
-every step, so it always closes in time. The one skip (r >= largest D + 2) is exact: no
-allowed token anywhere can need more, so the plan would not restrict.
+every step, so it always closes in time. Both skips are exact: with r >= largest D + 2,
+or r >= reach(state) + 2, no allowed token can need more than r, so the plan would allow
+everything (None, or at slack 0 a single group that is the whole mask).
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+import numpy
 import torch
 
 from callgate.constraints import closing_store
@@ -59,12 +63,12 @@ class StatePlan:
 
     distance: int
     needs: tuple[int, ...]
-    prefix: torch.Tensor  # [len(needs), words] int32
-    single: torch.Tensor  # [len(needs), words] int32
+    prefix: numpy.ndarray  # [len(needs), words] int32
+    single: numpy.ndarray  # [len(needs), words] int32
 
     @property
     def nbytes(self) -> int:
-        return (self.prefix.numel() + self.single.numel()) * 4
+        return int(self.prefix.nbytes + self.single.nbytes)
 
 
 def shortest_output_tokens(index: Any, by_bytes: Mapping[bytes, Sequence[int]]) -> int:
@@ -76,15 +80,17 @@ def shortest_output_tokens(index: Any, by_bytes: Mapping[bytes, Sequence[int]]) 
     return int(build_automaton(index, Spelling.of(by_bytes)).distance[0]) + 1
 
 
-def choose(plan: StatePlan, remaining: int) -> torch.Tensor | None:
+def choose(plan: StatePlan, remaining: int) -> numpy.ndarray | None:
     """The bitmask row for `remaining` tokens left, None when the grammar's own mask stands
     (nothing to restrict, or nothing can close in time)."""
     if plan.distance + 1 == remaining:  # no slack: needs[0] == remaining
-        return plan.single[0]
+        row: numpy.ndarray = plan.single[0]
+        return row
     j = bisect.bisect_right(plan.needs, remaining)
     if j == len(plan.needs) or j == 0:
         return None
-    return plan.prefix[j - 1]
+    row = plan.prefix[j - 1]
+    return row
 
 
 class SizedLRU(Generic[K, V]):
@@ -174,26 +180,38 @@ class BudgetCloser:
         self, key: str, index: Any, state: int, remaining: int, allowed: torch.Tensor, index_path: str | None = None
     ) -> torch.Tensor | None:
         """The restricted bitmask row, or None to keep the grammar's mask `allowed` (the
-        state's own int32 row). Call it where `may_restrict` is True (elsewhere it plans
-        for nothing). Raises LookupError when the grammar cannot be measured: the caller
-        stops closing that row."""
-        return choose(self.plan(key, index, state, allowed, index_path), remaining)
+        state's own int32 row). Raises LookupError when the grammar cannot be measured:
+        the caller stops closing that row. (The processor calls `restrict` with the
+        tables it keeps per row.)"""
+        if remaining > self.bound:
+            return None
+        found = self.restrict(key, self.automaton(key, index, index_path), state, remaining, allowed.numpy())
+        return None if found is None else torch.from_numpy(found)
 
-    def may_restrict(self, key: str, index: Any, remaining: int, index_path: str | None = None) -> bool:
-        """False when no state of the grammar can be restricted with `remaining` tokens
-        left: beyond `bound`, or every token's need fits (see ByteAutomaton.farthest).
-        Raises LookupError (see automaton)."""
-        return remaining <= self.bound and remaining < self.automaton(key, index, index_path).farthest + 2
+    def restrict(
+        self, key: str, automaton: ByteAutomaton, state: int, remaining: int, allowed: numpy.ndarray
+    ) -> numpy.ndarray | None:
+        """`mask` for grammar `key` whose tables are `automaton`; `allowed` the state's own
+        row as an int32 array. No plan while `remaining` covers every need the grammar has
+        (its farthest D + 2) or every need at this state (its reach + 2): both exact."""
+        if remaining >= automaton.farthest + 2:
+            return None
+        dense = automaton.state(state)
+        if remaining >= automaton.reach[dense] + 2:
+            return None
+        return choose(self._plan(key, automaton, state, dense, allowed), remaining)
 
     def plan(self, key: str, index: Any, state: int, allowed: torch.Tensor, index_path: str | None = None) -> StatePlan:
-        slot = (key, state, allowed.numel())
+        """The plan of Index state `state` (kept per key, state and row width)."""
+        automaton = self.automaton(key, index, index_path)
+        return self._plan(key, automaton, state, automaton.state(state), allowed.numpy())
+
+    def _plan(self, key: str, automaton: ByteAutomaton, state: int, dense: int, allowed: numpy.ndarray) -> StatePlan:
+        slot = (key, state, allowed.size)
         found = self.plans.get(slot)
         if found is not None:
             return found
-        automaton = self.automaton(key, index, index_path)
-        groups = self.walker.groups(automaton, automaton.state(state), allowed)
-        prefix = groups.single.clone()
-        for k in range(1, len(groups.needs)):  # a handful of groups; numpy's accumulate costs ~17 us
-            torch.bitwise_or(prefix[k], prefix[k - 1], out=prefix[k])
+        groups = self.walker.groups(automaton, dense, torch.from_numpy(allowed))
+        prefix = numpy.bitwise_or.accumulate(groups.single, axis=0) if len(groups.needs) > 1 else groups.single
         found = StatePlan(groups.needs[0] - 1, groups.needs, prefix, groups.single)
         return self.plans.put(slot, found, found.nbytes)

@@ -29,7 +29,7 @@ from callgate.constraints.cache import CLOSING_SUFFIX, TokenVocabulary, read_fra
 
 log = logging.getLogger("callgate.constraints.closing_store")
 
-MAGIC = b"callgate-closing/1\n"
+MAGIC = b"callgate-closing/2\n"  # /2: with `reach`; a /1 file is rebuilt
 
 _SPELLINGS: dict[str, Spelling | None] = {}  # vocabulary fingerprint -> its spelling (None: not every byte)
 _LOCK = threading.Lock()
@@ -54,7 +54,7 @@ def persist(index_path: str | Path, index: Any, vocabulary: TokenVocabulary) -> 
     """Write the closing tables of `index` beside its file unless they are there already.
     Returns the path, None when nothing could be written (logged; the engine builds them)."""
     target = path_for(index_path)
-    if touch(target):
+    if _current(target) and touch(target):
         return target
     spelling = spelling_of(vocabulary)
     if spelling is None:
@@ -65,6 +65,15 @@ def persist(index_path: str | Path, index: Any, vocabulary: TokenVocabulary) -> 
         log.warning("no closing tables for %s: %s", Path(index_path).name, exc)
         return None
     return target
+
+
+def _current(target: Path) -> bool:
+    """True when `target` exists in this version's framing (an older one is rewritten)."""
+    try:
+        with target.open("rb") as f:
+            return f.read(len(MAGIC)) == MAGIC
+    except OSError:
+        return False
 
 
 def load(index_path: str | Path) -> ByteAutomaton | None:

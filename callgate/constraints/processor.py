@@ -157,7 +157,7 @@ class Row:
     """One constrained request: its live output list, how much of it the guide has seen,
     and the guide (None while a lazy row waits for its trigger)."""
 
-    __slots__ = ("closing", "consumed", "failed", "guide", "index", "max_tokens", "output", "spec", "tail")
+    __slots__ = ("closing", "consumed", "failed", "guide", "index", "max_tokens", "output", "spec", "tables", "tail")
 
     def __init__(self, spec: RowSpec, index: Any, output: list[int], max_tokens: int | None = None) -> None:
         self.spec, self.index, self.output = spec, index, output
@@ -166,6 +166,7 @@ class Row:
         self.max_tokens = max_tokens
         # budget closing on (off when the request opts out, or after a capped search)
         self.closing = max_tokens is not None and spec.budget_closing
+        self.tables: Any = None  # budget closing's ByteAutomaton, once needed
         self.tail = b""
         self.guide: Any = None if spec.trigger is not None else outlines_core.Guide(index)
 
@@ -452,14 +453,17 @@ class ConstrainedBatch:
         spec = row.spec
         try:
             closing = None
-            if self.closer.may_restrict(spec.key, row.index, remaining, spec.index_path):
+            tables = row.tables
+            if tables is None:  # looked up once per row (the closer keeps them per grammar)
+                tables = row.tables = self.closer.automaton(spec.key, row.index, spec.index_path)
+            if remaining < tables.farthest + 2:  # else no token of the grammar needs more: nothing to do
                 state = int(row.guide.get_state())
-                closing = self.closer.mask(spec.key, row.index, state, remaining, self.buffer.host[i], spec.index_path)
+                closing = self.closer.restrict(spec.key, tables, state, remaining, self.buffer.host_np[i])
         except LookupError as exc:
             self._stop_closing(row, exc)
             closing = None
         if closing is not None:
-            self.buffer.host_np[i] = closing.numpy()
+            self.buffer.host_np[i] = closing
         self.budget_ns += time.perf_counter_ns() - start
 
     def _holds_back_trigger(self, row: Row) -> bool:

@@ -10,9 +10,12 @@ completion, EOS); EOS itself needs 1 where s is final. Needs of `cap` or more ar
 group (`cap`): budget closing never has that many tokens left.
 
 Why C: a free-string state allows ~49k tokens, and walking each one's bytes through the
-table is ~320k lookups: ~0.3 ms in C, ~100 ms in Python. Most of them never leave the
+table is ~320k lookups: ~0.6 ms in C, ~100 ms in Python. Most of them never leave the
 state (every byte of the token loops back to it), which one test of the token's byte set
-against the state's looping bytes tells without the walk. `group_by_need_reference` is the
+against the state's looping bytes (ByteAutomaton.loops) tells without the walk; most of
+the others take one byte into a state where the rest loops (a string's first character,
+then the string), which one lookup and the same test on the token's later bytes tell.
+One pass sets each token's bit in its need's row of a scratch matrix. `group_by_need_reference` is the
 Python twin (the tests compare the two); it is used when no C compiler is found.
 """
 
@@ -35,14 +38,19 @@ log = logging.getLogger("callgate.constraints.walk")
 
 _SOURCE = r"""
 #include <stdint.h>
-int64_t callgate_needs(const int32_t *table, const int32_t *dist, const uint8_t *data,
-                       const int64_t *offsets, const uint64_t *bytesets, int64_t n_tokens,
-                       const uint32_t *allowed, int64_t n_words, int64_t start, int64_t eos,
-                       int64_t is_final, int32_t cap, int32_t *need, uint8_t *present) {
-  /* bytes that keep `start` where it is: a token made of them only ends at `start` */
-  uint64_t loop[4] = {0, 0, 0, 0};
-  for (int b = 0; b < 256; b++)
-    if (table[start * 256 + b] == start) loop[b >> 6] |= 1ull << (b & 63);
+#include <string.h>
+static inline int within(const uint64_t *set, const uint64_t *loop) {
+  return !((set[0] & ~loop[0]) | (set[1] & ~loop[1]) | (set[2] & ~loop[2]) | (set[3] & ~loop[3]));
+}
+/* One pass over the allowed bits: each token's need, and its bit set in row `need` of
+   `out` (a row is zeroed the first time its need occurs; `present` marks it). */
+int64_t callgate_groups(const int32_t *table, const int32_t *dist, const uint64_t *loops,
+                        const uint8_t *data, const int64_t *offsets, const uint64_t *bytesets,
+                        const uint64_t *tails, int64_t n_tokens, const uint32_t *allowed,
+                        int64_t n_words, int64_t start, int64_t eos, int64_t is_final, int32_t cap,
+                        uint8_t *present, uint32_t *out) {
+  const uint64_t *loop = loops + 4 * start;
+  const int32_t *from = table + start * 256;
   int32_t stay = dist[start] < cap - 2 ? dist[start] + 2 : cap;
   int64_t count = 0;
   for (int64_t w = 0; w < n_words; w++) {
@@ -55,34 +63,26 @@ int64_t callgate_needs(const int32_t *table, const int32_t *dist, const uint8_t 
       if (t == eos) {
         k = is_final ? 1 : cap;
       } else if (t < n_tokens && offsets[t] < offsets[t + 1]) {
-        const uint64_t *own = bytesets + 4 * t;
-        if (!((own[0] & ~loop[0]) | (own[1] & ~loop[1]) | (own[2] & ~loop[2]) | (own[3] & ~loop[3]))) {
-          need[t] = stay;
-          present[stay] = 1;
-          count++;
-          continue;
+        if (within(bytesets + 4 * t, loop)) {
+          k = stay; /* every byte loops back: the token ends where it starts */
+        } else {
+          int64_t s = from[data[offsets[t]]];
+          /* the first byte moves, the rest loop there: one lookup instead of the walk */
+          if (s >= 0 && !within(tails + 4 * t, loops + 4 * s))
+            for (int64_t p = offsets[t] + 1; p < offsets[t + 1] && s >= 0; p++) s = table[s * 256 + data[p]];
+          if (s >= 0 && dist[s] < cap - 2) k = dist[s] + 2;
         }
-        int64_t s = start;
-        for (int64_t p = offsets[t]; p < offsets[t + 1] && s >= 0; p++) s = table[s * 256 + data[p]];
-        if (s >= 0 && dist[s] < cap - 2) k = dist[s] + 2;
       }
-      need[t] = k;
-      present[k] = 1;
+      uint32_t *row = out + (int64_t)k * n_words;
+      if (!present[k]) {
+        memset(row, 0, (size_t)n_words * 4);
+        present[k] = 1;
+      }
+      row[w] |= 1u << j;
       count++;
     }
   }
   return count;
-}
-void callgate_group_bits(const uint32_t *allowed, int64_t n_words, const int32_t *need,
-                         const int32_t *group, uint32_t *out) {
-  for (int64_t w = 0; w < n_words; w++) {
-    uint32_t m = allowed[w];
-    while (m) {
-      int j = __builtin_ctz(m);
-      m &= m - 1;
-      out[(int64_t)group[need[32 * w + j]] * n_words + w] |= 1u << j;
-    }
-  }
 }
 """
 
@@ -95,6 +95,7 @@ class TokenBytes:
     data: numpy.ndarray  # uint8
     offsets: numpy.ndarray  # int64 [n_tokens + 1]
     bytesets: numpy.ndarray  # uint64 [n_tokens, 4]: bit b set when byte b occurs in the token
+    tails: numpy.ndarray  # uint64 [n_tokens, 4]: the same for the token's bytes after its first
 
     @classmethod
     def of(cls, by_bytes: Mapping[bytes, Sequence[int]]) -> TokenBytes:
@@ -105,10 +106,14 @@ class TokenBytes:
         offsets = numpy.concatenate(([0], numpy.cumsum(lengths))).astype(numpy.int64)
         data = numpy.frombuffer(b"".join(ordered), dtype=numpy.uint8).copy()
         owner = numpy.repeat(numpy.arange(n, dtype=numpy.int64), lengths)
-        bytesets = numpy.zeros((n, 4), dtype=numpy.uint64)
         bits = numpy.left_shift(numpy.uint64(1), (data & 63).astype(numpy.uint64))
+        bytesets = numpy.zeros((n, 4), dtype=numpy.uint64)
         numpy.bitwise_or.at(bytesets, (owner, data >> 6), bits)
-        return cls(data, offsets, bytesets)
+        later = numpy.ones(len(data), dtype=numpy.bool_)
+        later[offsets[:-1][lengths > 0]] = False  # each token's first byte
+        tails = numpy.zeros((n, 4), dtype=numpy.uint64)
+        numpy.bitwise_or.at(tails, (owner[later], data[later] >> 6), bits[later])
+        return cls(data, offsets, bytesets, tails)
 
     @property
     def n_tokens(self) -> int:
@@ -121,7 +126,7 @@ class Groups:
     the bitmask of group k alone ([len(needs), words] int32)."""
 
     needs: tuple[int, ...]
-    single: torch.Tensor
+    single: numpy.ndarray
 
 
 class Walker:
@@ -129,52 +134,47 @@ class Walker:
 
     def __init__(self, tokens: TokenBytes, eos: int, cap: int) -> None:
         self.tokens, self.eos, self.cap = tokens, eos, cap
-        self.need = numpy.empty(0, dtype=numpy.int32)
         self.present = numpy.zeros(cap + 1, dtype=numpy.uint8)
-        self.group = numpy.zeros(cap + 1, dtype=numpy.int32)
+        self.out = numpy.empty((cap + 1, 0), dtype=numpy.int32)  # one row per need, grown to the width
         # numpy's `.ctypes.data` costs about a microsecond a call: take the addresses once
         self.data_ptr, self.offsets_ptr = int(tokens.data.ctypes.data), int(tokens.offsets.ctypes.data)
-        self.bytesets_ptr = int(tokens.bytesets.ctypes.data)
-        self.need_ptr, self.present_ptr = 0, int(self.present.ctypes.data)
-        self.group_ptr = int(self.group.ctypes.data)
+        self.bytesets_ptr, self.tails_ptr = int(tokens.bytesets.ctypes.data), int(tokens.tails.ctypes.data)
+        self.present_ptr, self.out_ptr = int(self.present.ctypes.data), 0
 
     def groups(self, automaton: ByteAutomaton, state: int, allowed: torch.Tensor) -> Groups:
         """Group the tokens set in `allowed` (the grammar's own int32 mask row of dense
         state `state`) by need. Raises LookupError when nothing is allowed."""
-        fns = _functions()
-        if fns is None:
+        groups_fn = _functions()
+        if groups_fn is None:
             return group_by_need_reference(automaton, self.tokens, state, allowed, self.eos, self.cap)
-        needs_fn, bits_fn = fns
         row = allowed.contiguous()
         n_words = row.numel()
-        if self.need.size < 32 * n_words:
-            self.need = numpy.empty(32 * n_words, dtype=numpy.int32)
-            self.need_ptr = int(self.need.ctypes.data)
+        if self.out.shape[1] != n_words:
+            self.out = numpy.empty((self.cap + 1, n_words), dtype=numpy.int32)
+            self.out_ptr = int(self.out.ctypes.data)
         self.present.fill(0)
-        row_ptr = row.data_ptr()
-        count = needs_fn(
+        count = groups_fn(
             automaton.table_ptr,
             automaton.distance_ptr,
+            automaton.loops_ptr,
             self.data_ptr,
             self.offsets_ptr,
             self.bytesets_ptr,
+            self.tails_ptr,
             self.tokens.n_tokens,
-            row_ptr,
+            row.data_ptr(),
             n_words,
             state,
             self.eos,
             int(automaton.final[state]),
             self.cap,
-            self.need_ptr,
             self.present_ptr,
+            self.out_ptr,
         )
         if not count:
             raise LookupError("a state with no allowed token")
         found = numpy.flatnonzero(self.present)
-        self.group[found] = numpy.arange(len(found), dtype=numpy.int32)
-        single = torch.zeros(len(found), n_words, dtype=torch.int32)
-        bits_fn(row_ptr, n_words, self.need_ptr, self.group_ptr, single.data_ptr())
-        return Groups(tuple(found.tolist()), single)
+        return Groups(tuple(found.tolist()), self.out[found])
 
 
 def group_by_need_reference(
@@ -203,7 +203,7 @@ def group_by_need_reference(
     if not by_need:
         raise LookupError("a state with no allowed token")
     needs = tuple(sorted(by_need))
-    single = torch.stack([pack_bits(by_need[k], len(words)) for k in needs])
+    single = numpy.stack([pack_bits(by_need[k], len(words)).numpy() for k in needs])
     return Groups(needs, single)
 
 
@@ -215,17 +215,14 @@ def pack_bits(ids: Sequence[int], n_words: int) -> torch.Tensor:
 
 
 @functools.cache
-def _functions() -> tuple[Any, Any] | None:
+def _functions() -> Any | None:
     try:
         library = compile_library("walk", _SOURCE)
     except NativeUnavailable as exc:
         log.warning("budget closing walks tokens in Python (slow): %s", exc)
         return None
     ptr, i64, i32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int32
-    needs = library.callgate_needs
-    needs.argtypes = (ptr, ptr, ptr, ptr, ptr, i64, ptr, i64, i64, i64, i64, i32, ptr, ptr)
-    needs.restype = i64
-    bits = library.callgate_group_bits
-    bits.argtypes = (ptr, i64, ptr, ptr, ptr)
-    bits.restype = None
-    return needs, bits
+    groups = library.callgate_groups
+    groups.argtypes = (ptr, ptr, ptr, ptr, ptr, ptr, ptr, i64, ptr, i64, i64, i64, i64, i32, ptr, ptr)
+    groups.restype = i64
+    return groups
