@@ -12,9 +12,12 @@ from dataclasses import dataclass
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from callgate.constraints.automaton import Spelling, build_automaton
 from callgate.constraints.budget import SizedLRU
+from callgate.constraints.late_trigger import TriggerGuard
 from callgate.constraints.processor import RowSpec, row_spec
 from callgate.constraints.walk import pack_bits
 from callgate.kernels.reference import allowed_matrix
@@ -117,6 +120,20 @@ def test_a_trigger_that_could_not_close_in_time_is_held_back() -> None:
     assert held == set(range(VOCAB)) - {PIECES[b"<call>"][0]}  # "<" may still begin free text
     completing = {PIECES[p][0] for p in (b"<call>", b">", b">{", b">x")}  # after "<call"
     assert allowed_after(regex, [A, lt, call], 3 + 4, "<call>") == set(range(VOCAB)) - completing
+
+
+GUARD = TriggerGuard(TEXT)  # one guard for every example: its kept rows are reused across tails
+
+
+@settings(max_examples=200, deadline=None)
+@given(tail=st.text("<calbx>{", max_size=7), trigger=st.sampled_from(["<call>", "<c<call>", "abab"]))
+def test_the_guard_bans_exactly_the_tokens_that_complete_the_trigger(tail: str, trigger: str) -> None:
+    raw, data = trigger.encode(), tail.encode()[-(len(trigger) - 1) :]  # the row keeps len - 1 bytes
+    if raw in data:
+        return  # a row whose tail held the trigger would have started its grammar
+    banned = {t for t, piece in TEXT.items() if raw in data + piece}
+    row = torch.from_numpy(GUARD.mask(raw, data, 2)).unsqueeze(0)
+    assert set(allowed_matrix(row, 64)[0].nonzero().flatten().tolist()) == set(range(64)) - banned
 
 
 def test_a_request_that_opts_out_of_budget_closing_keeps_the_grammars_mask() -> None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-import torch
+import numpy
 
 from callgate.constraints.walk import pack_bits
 
@@ -27,16 +27,21 @@ class TriggerGuard:
     def __init__(self, pieces: Mapping[int, bytes]) -> None:
         self.pieces = pieces
         self.completing: dict[tuple[bytes, int], frozenset[int]] = {}
-        self.masks: dict[tuple[bytes, frozenset[int], int], torch.Tensor] = {}
+        self.masks: dict[tuple[bytes, int, int], numpy.ndarray] = {}
 
-    def mask(self, trigger: bytes, tail: bytes, n_words: int) -> torch.Tensor:
-        """The allowed-bits row for a row whose free text ends with `tail`."""
-        begun = frozenset(m for m in range(1, len(trigger)) if tail.endswith(trigger[:m]))
-        slot = (trigger, begun, n_words)
+    def mask(self, trigger: bytes, tail: bytes, n_words: int) -> numpy.ndarray:
+        """The allowed-bits row (int32) for a row whose free text ends with `tail`. Kept
+        per trigger, width and the longest trigger prefix the tail ends with (which
+        fixes every shorter one it ends with: each is a suffix of that prefix)."""
+        longest = 0
+        if trigger[:1] in tail:
+            longest = next((m for m in range(len(trigger) - 1, 0, -1) if tail.endswith(trigger[:m])), 0)
+        slot = (trigger, longest, n_words)
         found = self.masks.get(slot)
         if found is None:
+            begun = [m for m in range(1, longest + 1) if tail.endswith(trigger[:m])]
             banned = set(self._completing(trigger, 0)).union(*(self._completing(trigger, m) for m in begun))
-            found = ~pack_bits(sorted(i for i in banned if i < 32 * n_words), n_words)
+            found = (~pack_bits(sorted(i for i in banned if i < 32 * n_words), n_words)).numpy()
             self.masks[slot] = found
         return found
 

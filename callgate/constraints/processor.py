@@ -157,7 +157,19 @@ class Row:
     """One constrained request: its live output list, how much of it the guide has seen,
     and the guide (None while a lazy row waits for its trigger)."""
 
-    __slots__ = ("closing", "consumed", "failed", "guide", "index", "max_tokens", "output", "spec", "tables", "tail")
+    __slots__ = (
+        "call",
+        "closing",
+        "consumed",
+        "failed",
+        "guide",
+        "index",
+        "max_tokens",
+        "output",
+        "spec",
+        "tables",
+        "tail",
+    )
 
     def __init__(self, spec: RowSpec, index: Any, output: list[int], max_tokens: int | None = None) -> None:
         self.spec, self.index, self.output = spec, index, output
@@ -167,6 +179,7 @@ class Row:
         # budget closing on (off when the request opts out, or after a capped search)
         self.closing = max_tokens is not None and spec.budget_closing
         self.tables: Any = None  # budget closing's ByteAutomaton, once needed
+        self.call: int | None = None  # a lazy row's shortest call in tokens (D of the start), once needed
         self.tail = b""
         self.guide: Any = None if spec.trigger is not None else outlines_core.Guide(index)
 
@@ -444,7 +457,7 @@ class ConstrainedBatch:
         for i in held:
             trigger = self.rows[i].spec.trigger
             assert trigger is not None
-            host[i] = self.guard.mask(trigger, self.rows[i].tail, n_words).numpy()
+            host[i] = self.guard.mask(trigger, self.rows[i].tail, n_words)
         return self.buffer.for_kernel(n_rows)
 
     def _close_within_budget(self, row: Row, remaining: int, i: int) -> None:
@@ -472,14 +485,17 @@ class ConstrainedBatch:
         remaining = row.remaining()
         if row.guide is not None or row.failed or remaining is None or remaining > self.closer.bound:
             return False
-        start = time.perf_counter_ns()
-        try:
-            call = self.closer.distance(row.spec.key, row.index, row.index.get_initial_state(), row.spec.index_path)
-        except LookupError as exc:
-            self._stop_closing(row, exc)
-            return False
-        finally:
-            self.budget_ns += time.perf_counter_ns() - start
+        call = row.call
+        if call is None:  # the shortest call, looked up once per row
+            start = time.perf_counter_ns()
+            try:
+                spec, index = row.spec, row.index
+                call = row.call = self.closer.distance(spec.key, index, index.get_initial_state(), spec.index_path)
+            except LookupError as exc:
+                self._stop_closing(row, exc)
+                return False
+            finally:
+                self.budget_ns += time.perf_counter_ns() - start
         return remaining < call + 2
 
     def _stop_closing(self, row: Row, exc: LookupError) -> None:

@@ -5,7 +5,9 @@ Knows: the bitmask layout and the bit patterns of -inf in float32 / float16 / bf
 anything about grammars or batches beyond row numbers.
 
 Why C: the body is one pass of `x = keep ? x : -inf` over the row, which a C compiler
-vectorises (AVX2/AVX-512 shifts and blends); eager torch needs several full-size
+vectorises (AVX2/AVX-512 shifts and blends), skipping the 32 logits of a word whose bits
+are all set (a free-text state, or a lazy row held back from its trigger, allows almost
+everything: the pass then touches only the few words with a banned token); eager torch needs several full-size
 temporaries and numba does not vectorise it (measured in benchmarks/README.md).
 The library is built with the system C compiler by callgate.kernels.native. Without a
 compiler `available()` is False and the dispatcher in callgate.kernels falls back to the
@@ -38,6 +40,7 @@ void NAME(T *restrict logits, int64_t row_stride, const uint32_t *restrict mask,
     const uint32_t *restrict mk = mask + r * mask_stride;                                 \
     for (int64_t w = 0; w < full; w++) {                                                  \
       uint32_t m = mk[w];                                                                 \
+      if (m == 0xFFFFFFFFu) continue; /* all 32 allowed: nothing to write */             \
       T *restrict seg = lg + 32 * w;                                                      \
       for (int j = 0; j < 32; j++) {                                                      \
         T keep = (T)(0u - (UT)((m >> j) & 1u));                                           \
