@@ -10,8 +10,10 @@ closing tables loaded from the files the server would hand the engine), as vLLM 
 `apply` per step over the rows still decoding, each row's output list appended in place.
 Two processors, one with budget closing (each request's `max_tokens`, `--max-tokens`) and
 one with it off (`"budget_closing": false`), replay the same chunks alternately, so load
-drift hits both. Per-token time = step time / rows masked (what the engine's step log
-records); the budget-closing part is read from the processor.
+drift hits both. Per-token time = step time / rows still decoding: under `required` and
+`named` every such row is masked, as in the engine's step log (which divides by rows
+masked); under `auto` the free-text rows count too, so those figures are not the
+engine's. The budget-closing part is read from the processor.
 
 Unlike the engine's step log, no model runs between steps here, so caches stay warm: the
 figures are lower than in vLLM's engine process, and the on/off ratio is the comparison.

@@ -139,8 +139,8 @@ def test_the_c_walk_groups_exactly_as_the_python_reference(fmt: str) -> None:
         row = torch.zeros(n_words, dtype=torch.int32)
         guide = _guide_at(c.index, state)
         guide.write_mask_into(row.data_ptr(), row.numel(), 4)
-        fast = walker.groups(a, a.state(state), row)
-        slow = group_by_need_reference(a, walker.tokens, a.state(state), row, walker.eos, walker.cap)
+        fast = walker.groups(a, a.state(state), row.numpy())
+        slow = group_by_need_reference(a, walker.tokens, a.state(state), row.numpy(), walker.eos, walker.cap)
         assert fast.needs == slow.needs
         assert numpy.array_equal(fast.single, slow.single)
         union = fast.single[0].copy()

@@ -192,10 +192,9 @@ class BudgetCloser:
         self, key: str, automaton: ByteAutomaton, state: int, remaining: int, allowed: numpy.ndarray
     ) -> numpy.ndarray | None:
         """`mask` for grammar `key` whose tables are `automaton`; `allowed` the state's own
-        row as an int32 array. No plan while `remaining` covers every need the grammar has
-        (its farthest D + 2) or every need at this state (its reach + 2): both exact."""
-        if remaining >= automaton.farthest + 2:
-            return None
+        row as an int32 array. No plan while `remaining` covers every need at this state
+        (its reach + 2, exact; reach is at most the grammar's farthest D, so this also
+        covers the grammar-wide skip, which the processor takes before reading the state)."""
         dense = automaton.state(state)
         if remaining >= automaton.reach[dense] + 2:
             return None
@@ -211,7 +210,7 @@ class BudgetCloser:
         found = self.plans.get(slot)
         if found is not None:
             return found
-        groups = self.walker.groups(automaton, dense, torch.from_numpy(allowed))
+        groups = self.walker.groups(automaton, dense, allowed)
         prefix = numpy.bitwise_or.accumulate(groups.single, axis=0) if len(groups.needs) > 1 else groups.single
         found = StatePlan(groups.needs[0] - 1, groups.needs, prefix, groups.single)
         return self.plans.put(slot, found, found.nbytes)

@@ -15,8 +15,9 @@ state (every byte of the token loops back to it), which one test of the token's 
 against the state's looping bytes (ByteAutomaton.loops) tells without the walk; most of
 the others take one byte into a state where the rest loops (a string's first character,
 then the string), which one lookup and the same test on the token's later bytes tell.
-One pass sets each token's bit in its need's row of a scratch matrix. `group_by_need_reference` is the
-Python twin (the tests compare the two); it is used when no C compiler is found.
+One pass sets each token's bit in its need's row of a scratch matrix.
+`group_by_need_reference` is the Python twin (the tests compare the two); it is used when
+no C compiler is found.
 """
 
 from __future__ import annotations
@@ -130,7 +131,8 @@ class Groups:
 
 
 class Walker:
-    """Groups a state's allowed tokens by need, in C, with scratch buffers kept between calls (one per engine)."""
+    """Groups a state's allowed tokens by need, in C, with scratch buffers kept between
+    calls (one per engine)."""
 
     def __init__(self, tokens: TokenBytes, eos: int, cap: int) -> None:
         self.tokens, self.eos, self.cap = tokens, eos, cap
@@ -141,14 +143,14 @@ class Walker:
         self.bytesets_ptr, self.tails_ptr = int(tokens.bytesets.ctypes.data), int(tokens.tails.ctypes.data)
         self.present_ptr, self.out_ptr = int(self.present.ctypes.data), 0
 
-    def groups(self, automaton: ByteAutomaton, state: int, allowed: torch.Tensor) -> Groups:
+    def groups(self, automaton: ByteAutomaton, state: int, allowed: numpy.ndarray) -> Groups:
         """Group the tokens set in `allowed` (the grammar's own int32 mask row of dense
         state `state`) by need. Raises LookupError when nothing is allowed."""
         groups_fn = _functions()
         if groups_fn is None:
             return group_by_need_reference(automaton, self.tokens, state, allowed, self.eos, self.cap)
-        row = allowed.contiguous()
-        n_words = row.numel()
+        row = numpy.ascontiguousarray(allowed, dtype=numpy.int32)
+        n_words = row.size
         if self.out.shape[1] != n_words:
             self.out = numpy.empty((self.cap + 1, n_words), dtype=numpy.int32)
             self.out_ptr = int(self.out.ctypes.data)
@@ -162,7 +164,7 @@ class Walker:
             self.bytesets_ptr,
             self.tails_ptr,
             self.tokens.n_tokens,
-            row.data_ptr(),
+            row.ctypes.data,
             n_words,
             state,
             self.eos,
@@ -178,10 +180,10 @@ class Walker:
 
 
 def group_by_need_reference(
-    automaton: ByteAutomaton, tokens: TokenBytes, state: int, allowed: torch.Tensor, eos: int, cap: int
+    automaton: ByteAutomaton, tokens: TokenBytes, state: int, allowed: numpy.ndarray, eos: int, cap: int
 ) -> Groups:
     """The same groups in plain Python (see module doc)."""
-    words = allowed.contiguous().view(torch.int32).tolist()
+    words = numpy.asarray(allowed, dtype=numpy.int32).tolist()
     by_need: dict[int, list[int]] = {}
     table, distance, offsets, data = automaton.table, automaton.distance, tokens.offsets, tokens.data
     for w, word in enumerate(words):

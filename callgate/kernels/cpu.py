@@ -7,8 +7,8 @@ anything about grammars or batches beyond row numbers.
 Why C: the body is one pass of `x = keep ? x : -inf` over the row, which a C compiler
 vectorises (AVX2/AVX-512 shifts and blends), skipping the 32 logits of a word whose bits
 are all set (a free-text state, or a lazy row held back from its trigger, allows almost
-everything: the pass then touches only the few words with a banned token); eager torch needs several full-size
-temporaries and numba does not vectorise it (measured in benchmarks/README.md).
+everything: the pass then touches only the few words with a banned token); eager torch
+needs several full-size temporaries and numba does not vectorise it (measured in benchmarks/README.md).
 The library is built with the system C compiler by callgate.kernels.native. Without a
 compiler `available()` is False and the dispatcher in callgate.kernels falls back to the
 plain-torch reference.
