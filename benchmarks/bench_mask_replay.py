@@ -10,10 +10,10 @@ closing tables loaded from the files the server would hand the engine), as vLLM 
 `apply` per step over the rows still decoding, each row's output list appended in place.
 Two processors, one with budget closing (each request's `max_tokens`, `--max-tokens`) and
 one with it off (`"budget_closing": false`), replay the same chunks alternately, so load
-drift hits both. Per-token time = step time / rows still decoding: under `required` and
-`named` every such row is masked, as in the engine's step log (which divides by rows
-masked); under `auto` the free-text rows count too, so those figures are not the
-engine's. The budget-closing part is read from the processor.
+drift hits both. Per-token time = step time / rows the step masked (the processor's
+`masked`), as the engine's step log divides; a step that masks nothing (under `auto`,
+every row in free text) is not counted, but its cost lands in no other step either. The
+budget-closing part is read from the processor.
 
 Unlike the engine's step log, no model runs between steps here, so caches stay warm: the
 figures are lower than in vLLM's engine process, and the on/off ratio is the comparison.
@@ -123,8 +123,9 @@ def replay_chunk(
         start = time.perf_counter_ns()
         batch.apply(logits)
         elapsed = time.perf_counter_ns() - start
-        times.append(elapsed / len(live) / 1e3)
-        budget.append(batch.budget_ns / len(live) / 1e3)
+        if batch.masked:  # per masked row, as the engine's step log divides
+            times.append(elapsed / batch.masked / 1e3)
+            budget.append(batch.budget_ns / batch.masked / 1e3)
         for i in live:
             outs[i].append(chunk[i].ids[len(outs[i])])
         done = [i for i in live if len(outs[i]) == len(chunk[i].ids)]

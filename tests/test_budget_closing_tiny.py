@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from callgate.constraints.automaton import Spelling, build_automaton
 from callgate.constraints.budget import SizedLRU
-from callgate.constraints.late_trigger import TriggerGuard
+from callgate.constraints.late_trigger import TriggerGuard, begun_prefix
 from callgate.constraints.processor import RowSpec, row_spec
 from callgate.constraints.walk import pack_bits
 from callgate.kernels.reference import allowed_matrix
@@ -134,6 +134,38 @@ def test_the_guard_bans_exactly_the_tokens_that_complete_the_trigger(tail: str, 
     banned = {t for t, piece in TEXT.items() if raw in data + piece}
     row = torch.from_numpy(GUARD.mask(raw, data, 2)).unsqueeze(0)
     assert set(allowed_matrix(row, 64)[0].nonzero().flatten().tolist()) == set(range(64)) - banned
+
+
+@pytest.mark.parametrize("trigger", ["<call>", "<c<call>", "abab", "[T]"])
+def test_marks_flag_exactly_the_tokens_that_can_begin_or_contain_the_trigger(trigger: str) -> None:
+    raw = trigger.encode()
+    marks = GUARD.marks(raw)
+    expected = {t for t, p in TEXT.items() if raw in p or any(p.endswith(raw[:m]) for m in range(1, len(raw)))}
+    assert {t for t in range(len(marks)) if marks[t]} == expected
+    assert expected and len(marks) == max(TEXT) + 1
+
+
+@settings(max_examples=300, deadline=None)
+@given(tokens=st.lists(st.sampled_from(sorted(TEXT)), max_size=14), trigger=st.sampled_from(["<call>", "abab", "[T]"]))
+def test_a_lazy_row_sees_its_trigger_exactly_where_the_text_holds_it(tokens: list[int], trigger: str) -> None:
+    """Token by token (most skipped by the marks), the row starts its grammar at the first
+    token whose text completes the trigger, and until then it keeps the trigger's prefix
+    the text ends with, so its guard bans exactly the tokens that would complete it."""
+    raw = trigger.encode()
+    batch, out, text = TinyBatch(None, "cpu", False), [], b""
+    batch.update_state(Update(1, added=[(0, constrained(re.escape(trigger) + "[abcx]*", trigger=trigger), None, out)]))
+    for token in [*tokens, EOS]:
+        batch.apply(torch.zeros(1, VOCAB))
+        row = batch.rows[0]
+        if raw in text:
+            assert row.guide is not None or row.failed
+            return
+        assert row.guide is None and row.tail == begun_prefix(text, raw)
+        banned = {t for t, piece in TEXT.items() if raw in text[-len(raw) :] + piece}
+        mask = torch.from_numpy(batch.guard.mask(raw, row.tail, 2)).unsqueeze(0)
+        assert set(allowed_matrix(mask, 64)[0].nonzero().flatten().tolist()) == set(range(64)) - banned
+        out.append(token)
+        text += TEXT[token]
 
 
 def test_a_request_that_opts_out_of_budget_closing_keeps_the_grammars_mask() -> None:

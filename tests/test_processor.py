@@ -250,6 +250,51 @@ def test_state_masks_are_reused_and_bounded() -> None:
     assert batch.masks.used_bytes <= 16 and len(batch.masks.entries) == 2
 
 
+@dataclass
+class LimitedParams(Params):
+    max_tokens: int | None = None
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_the_cpu_pointer_lane_masks_exactly_as_the_host_rows_do(dtype: torch.dtype) -> None:
+    """On a CPU the kernel reads each row's kept mask in place; the same steps through the
+    host-row copy and the checked kernel give the same bits (grammar rows, a row closing
+    within its budget, a lazy row held back from its trigger, a free row between them)."""
+    lanes, buffered = new_batch(), new_batch()
+    assert lanes.pointer_lane is not None and dtype in lanes.pointer_lane
+    buffered.pointer_lane = None
+    outs: dict[str, tuple[list[int], ...]] = {}
+    for name, batch in (("lanes", lanes), ("buffered", buffered)):
+        outs[name] = ([0], [], [2], [], [])
+        ab, free, cx, late, closing = outs[name]
+        lazy = LimitedParams(constrained(r"<call>\{x+\}", trigger="<call>").extra_args, 6)
+        budget = LimitedParams(constrained("a(?:bbbbbb)?c").extra_args, 5)
+        added = [(0, constrained("(ab|a)+b"), None, ab), (1, Params(), None, free), (2, constrained("c+x"), None, cx)]
+        batch.update_state(Update(5, added=[*added, (3, lazy, None, late), (4, budget, None, closing)]))
+    gen = torch.Generator().manual_seed(3)
+    masked = set()
+    for n in range(5):
+        logits = torch.randn(5, VOCAB, generator=gen).to(dtype)
+        want = buffered.apply(logits.clone())
+        got = lanes.apply(logits.clone())
+        bits = torch.int32 if dtype == torch.float32 else torch.int16
+        assert torch.equal(got.view(bits), want.view(bits)), n
+        masked |= {r for r in range(5) if not torch.isfinite(want[r]).all()}
+        for name in ("lanes", "buffered"):
+            for out, token in zip(outs[name], want.float().argmax(-1).tolist(), strict=True):
+                out.append(token)
+        for batch in (lanes, buffered):
+            batch.update_state(None)
+    assert masked == {0, 2, 3, 4}  # every constrained row was masked at some step; the free one never
+
+
+def test_logits_without_unit_stride_are_refused_as_before() -> None:
+    batch = new_batch()
+    batch.update_state(Update(1, added=[(0, constrained("a+b"), None, [])]))
+    with pytest.raises(ValueError, match="unit stride"):
+        batch.apply(torch.zeros(1, 2 * VOCAB)[:, ::2])
+
+
 def test_a_vocabulary_wider_than_the_logits_is_a_programming_error() -> None:
     batch = new_batch()
     batch.update_state(Update(1, added=[(0, constrained("a+b"), None, [])]))

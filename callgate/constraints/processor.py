@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import logging
 import time
+from array import array
 from collections import OrderedDict, deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -65,13 +66,15 @@ import torch
 
 from callgate.constraints.budget import BudgetCloser
 from callgate.constraints.cache import TokenVocabulary, get_index, token_vocabulary
-from callgate.constraints.late_trigger import TriggerGuard
+from callgate.constraints.late_trigger import TriggerGuard, begun_prefix
 from callgate.constraints.step_log import StepLog
 from callgate.kernels import apply_token_bitmask, apply_token_bitmask_rows, backend_for
+from callgate.kernels import cpu as cpu_kernel
 
 log = logging.getLogger("callgate.constraints.processor")
 
 EXTRA_ARGS_KEY = "callgate"
+NEVER = 1 << 62  # an output length no request reaches
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,7 +166,9 @@ class Row:
         "consumed",
         "failed",
         "guide",
+        "hold_at",
         "index",
+        "marks",
         "max_tokens",
         "output",
         "spec",
@@ -171,8 +176,13 @@ class Row:
         "tail",
     )
 
-    def __init__(self, spec: RowSpec, index: Any, output: list[int], max_tokens: int | None = None) -> None:
+    def __init__(
+        self, spec: RowSpec, index: Any, output: list[int], max_tokens: int | None = None, marks: bytes = b""
+    ) -> None:
         self.spec, self.index, self.output = spec, index, output
+        # a lazy row's TriggerGuard.marks: tokens that may begin or contain its trigger
+        # (without them, every free-text token is looked at)
+        self.marks = marks
         self.consumed = 0
         self.failed = False
         self.max_tokens = max_tokens
@@ -180,7 +190,10 @@ class Row:
         self.closing = max_tokens is not None and spec.budget_closing
         self.tables: Any = None  # budget closing's ByteAutomaton, once needed
         self.call: int | None = None  # a lazy row's shortest call in tokens (D of the start), once needed
-        self.tail = b""
+        # output length from which the processor asks whether to hold the trigger back
+        # (set by the processor for a lazy row that closes; never for the others)
+        self.hold_at = NEVER
+        self.tail = b""  # the trigger's longest proper prefix the free text ends with
         self.guide: Any = None if spec.trigger is not None else outlines_core.Guide(index)
 
     def catch_up(self, table: TokenTable) -> bool:
@@ -189,6 +202,22 @@ class Row:
         Stops at -1: with async scheduling vLLM appends placeholders that it fills in
         just before sampling, so they are real by the next call."""
         output = self.output
+        if self.guide is None:
+            if self.failed:
+                return False
+            marks = self.marks
+            if marks and not self.tail:
+                # free text with no trigger prefix begun: a token unmarked for the trigger
+                # leaves it so (one lookup per token: the common case of a lazy row)
+                consumed, end, n_marks = self.consumed, len(output), len(marks)
+                while consumed < end:
+                    token = output[consumed]
+                    if token < 0 or (token < n_marks and marks[token]):
+                        break
+                    consumed += 1
+                self.consumed = consumed
+                if consumed == end:
+                    return False
         while self.consumed < len(output) and not self.failed:
             token = output[self.consumed]
             if token < 0:
@@ -204,7 +233,7 @@ class Row:
     def _feed(self, token: int, table: TokenTable) -> None:
         if self.guide is None:
             self._look_for_trigger(table.pieces.get(token, b""), table)
-        elif self.guide.is_finished() and token == table.vocabulary.eos_token_id:
+        elif token == table.vocabulary.eos_token_id and self.guide.is_finished():
             return
         else:
             try:
@@ -218,7 +247,7 @@ class Row:
         text = self.tail + piece
         at = text.find(trigger)
         if at < 0:
-            self.tail = text[max(0, len(text) - len(trigger) + 1) :] if len(trigger) > 1 else b""
+            self.tail = begun_prefix(text, trigger)
             return
         self.guide = outlines_core.Guide(self.index)
         if not walk_text(self.guide, self.index, text[at:], table):
@@ -272,7 +301,8 @@ class StateMasks:
 
     A state's mask is a pure function of the state, and filling one from the guide costs
     up to hundreds of microseconds where most of a large vocabulary is allowed (inside a
-    JSON string); copying a cached row costs about one. Bounded by `budget_bytes`.
+    JSON string); reusing a cached row costs about one (on a CPU the kernel reads it where
+    it lies; for a GPU it is copied into the pinned host rows). Bounded by `budget_bytes`.
     Keyed by the grammar key, not the Index object: an Index evicted from the cache and
     recompiled from the same regex and vocabulary numbers its states the same way.
     Rows are numpy arrays: a numpy row copy costs less than a torch op's dispatch, and in
@@ -281,25 +311,27 @@ class StateMasks:
 
     def __init__(self, budget_bytes: int = 64 << 20) -> None:
         self.budget_bytes = budget_bytes
-        self.entries: OrderedDict[tuple[str, int, int], numpy.ndarray] = OrderedDict()
+        self.entries: OrderedDict[tuple[str, int, int], tuple[numpy.ndarray, int]] = OrderedDict()
         self.used_bytes = 0
 
-    def fill(self, key: str, guide: Any, host: numpy.ndarray, i: int, address: int) -> None:
-        """Write the mask of `guide`'s current state into row `i` of the int32 array
-        `host`, which starts at `address`."""
-        width = host.shape[1]
+    def row(self, key: str, guide: Any, width: int) -> tuple[numpy.ndarray, int]:
+        """The mask of `guide`'s current state (`width` int32 words) and its address.
+        The caller reads it and never writes it; it stays valid while the caller holds it
+        (an evicted row is freed when its last holder lets go)."""
         slot = (key, int(guide.get_state()), width)
         cached = self.entries.get(slot)
         if cached is not None:
             self.entries.move_to_end(slot)
-            host[i] = cached
-            return
-        guide.write_mask_into(address + 4 * width * i, width, 4)
-        self.entries[slot] = host[i].copy()
+            return cached
+        mask = numpy.empty(width, dtype=numpy.int32)
+        address = int(mask.ctypes.data)
+        guide.write_mask_into(address, width, 4)
+        entry = self.entries[slot] = (mask, address)
         self.used_bytes += width * 4
         while self.used_bytes > self.budget_bytes and self.entries:
-            _, evicted = self.entries.popitem(last=False)
+            _, (evicted, _) = self.entries.popitem(last=False)
             self.used_bytes -= evicted.size * 4
+        return entry
 
 
 class MaskBuffer:
@@ -339,6 +371,22 @@ class MaskBuffer:
         return self.row_ids[: len(rows)]
 
 
+class RowPointers:
+    """The two int64 arrays the CPU pointer kernel reads: the masked rows' mask addresses
+    (`masks`, at `masks_at`) and their row numbers (`rows`, at `rows_at`). Plain `array`s:
+    setting an item costs a fraction of what a numpy item or slice assignment does."""
+
+    def __init__(self, capacity: int = 64) -> None:
+        self.capacity = 0
+        self.reserve(capacity)
+
+    def reserve(self, n: int) -> None:
+        if n > self.capacity:
+            self.capacity = max(n, 2 * self.capacity)
+            self.masks, self.rows = array("q", bytes(8 * self.capacity)), array("q", bytes(8 * self.capacity))
+            self.masks_at, self.rows_at = self.masks.buffer_info()[0], self.rows.buffer_info()[0]
+
+
 class ConstrainedBatch:
     """vLLM v1 logits-processor logic for callgate's grammars (vllm-free; see module doc)."""
 
@@ -354,8 +402,11 @@ class ConstrainedBatch:
         self.guard = TriggerGuard(self.tokens.pieces)
         self.step_log = StepLog.from_environment()
         self.budget_ns = 0
+        self.masked = 0  # rows the last apply masked (its time is recorded per masked row)
         # Choosing the backend builds the CPU kernel: at engine start, not in the first step.
         self.backend = backend_for(self.device)
+        self.pointer_lane = cpu_kernel.pointer_kernels() if self.backend == "cpu" else None
+        self.pointers = RowPointers()
 
     def load_tokens(self) -> TokenTable:
         """The served model's tokens. Default: the tokenizer folder named in vllm_config.
@@ -403,7 +454,11 @@ class ConstrainedBatch:
                 return None
             index = get_index(spec.key, spec.regex, self.tokens.vocabulary, spec.index_path)
             max_tokens = getattr(params, "max_tokens", None)
-            return Row(spec, index, output_ids, max_tokens if isinstance(max_tokens, int) else None)
+            marks = self.guard.marks(spec.trigger) if spec.trigger is not None else b""
+            row = Row(spec, index, output_ids, max_tokens if isinstance(max_tokens, int) else None, marks)
+            if spec.trigger is not None and row.closing and row.max_tokens is not None:
+                row.hold_at = row.max_tokens - self.closer.bound  # from here on its tokens left are counted
+            return row
         except ValueError as exc:
             log.error("constrained decoding disabled for a request: %s", exc)
             return None
@@ -417,67 +472,100 @@ class ConstrainedBatch:
 
     def apply(self, logits: torch.Tensor) -> torch.Tensor:
         """Advance every constrained row's guide, then mask its logits row in place."""
+        self.budget_ns = self.masked = 0
         if not self.rows:
             return logits
         start = time.perf_counter_ns()
-        self.budget_ns = 0
         n_rows = logits.shape[0]
-        rows = [(i, row) for i, row in self.rows.items() if i < n_rows]
-        active = sorted(i for i, row in rows if row.catch_up(self.tokens))
-        held = sorted(i for i, row in rows if self._holds_back_trigger(row))
+        tokens, active, held = self.tokens, [], []
+        for i, row in self.rows.items():
+            if i < n_rows:
+                if row.catch_up(tokens):
+                    active.append(i)
+                elif len(row.output) >= row.hold_at and self._holds_back_trigger(row):
+                    held.append(i)
         if active or held:
-            masks = self._masks_for(logits, active, held)
-            masked_rows = sorted(active + held) if active and held else active or held
-            if logits.device.type == "cpu":  # row numbers built here: no need to check them again
-                apply_token_bitmask_rows(logits, masks, self.buffer.row_numbers(masked_rows))
+            lane = self.pointer_lane.get(logits.dtype) if self.pointer_lane is not None else None
+            if lane is not None and logits.is_cpu and logits.dim() == 2 and logits.stride(1) == 1:
+                self._mask_in_place(logits, lane, active + held)
             else:
-                apply_token_bitmask(logits, masks, masked_rows)
+                self._mask_through_buffer(logits, sorted(active + held))
         elapsed, masked = time.perf_counter_ns() - start, len(active) + len(held)
+        self.masked = masked
         self.timings.record(elapsed, masked)
         STEP_TIMINGS.record(elapsed, masked)
         if self.step_log is not None and masked:
             self.step_log.record(elapsed, masked, self.budget_ns)
         return logits
 
-    def _masks_for(self, logits: torch.Tensor, active: list[int], held: list[int]) -> torch.Tensor:
-        """The bitmask (on the logits' device) with the rows of `active` and `held` filled in."""
-        n_rows, width = logits.shape
+    def _words(self, width: int) -> int:
         if width < self.tokens.vocabulary.size:
             # outlines-core would write bits past the row: a wrong tokenizer, not bad output.
             raise ValueError(f"logits have {width} columns but the vocabulary has {self.tokens.vocabulary.size} ids")
-        n_words = (width + 31) // 32
-        host = self.buffer.rows(n_rows, n_words)
-        address = self.buffer.address
-        for i in active:
-            row = self.rows[i]
-            self.masks.fill(row.spec.key, row.guide, host, i, address)
-            remaining = row.remaining()
-            if remaining is not None and remaining <= self.closer.bound:
-                self._close_within_budget(row, remaining, i)
-        for i in held:
-            trigger = self.rows[i].spec.trigger
-            assert trigger is not None
-            host[i] = self.guard.mask(trigger, self.rows[i].tail, n_words)
-        return self.buffer.for_kernel(n_rows)
+        return (width + 31) // 32
 
-    def _close_within_budget(self, row: Row, remaining: int, i: int) -> None:
-        """Narrow host row `i` to the tokens that still let the row end within its budget."""
+    def _mask_in_place(self, logits: torch.Tensor, lane: Any, masked: list[int]) -> None:
+        """CPU logits: the C kernel reads each row's mask where it is kept (no copy, no
+        torch op; `pointer_kernels` in callgate.kernels.cpu). Rows are below the batch
+        size (apply keeps no other); `kept` holds every mask until the kernel is done."""
+        n_words = self._words(logits.shape[1])
+        table, rows, kept = self.pointers, self.rows, []
+        table.reserve(len(masked))
+        addresses, row_ids = table.masks, table.rows
+        for k, i in enumerate(masked):
+            mask, addresses[k] = self._row_mask(rows[i], n_words)
+            row_ids[k] = i
+            kept.append(mask)
+        lane(logits.data_ptr(), logits.stride(0), table.masks_at, table.rows_at, len(masked), logits.shape[1], n_words)
+
+    def _mask_through_buffer(self, logits: torch.Tensor, masked: list[int]) -> None:
+        """Other devices (and a CPU without the C kernel): masks copied into the host rows
+        (pinned for a GPU, then copied asynchronously), then the device's kernel."""
+        n_rows, width = logits.shape
+        n_words = self._words(width)
+        host = self.buffer.rows(n_rows, n_words)
+        for i in masked:
+            host[i] = self._row_mask(self.rows[i], n_words)[0]
+        masks = self.buffer.for_kernel(n_rows)
+        if logits.device.type == "cpu":  # row numbers built here: no need to check them again
+            apply_token_bitmask_rows(logits, masks, self.buffer.row_numbers(masked))
+        else:
+            apply_token_bitmask(logits, masks, masked)
+
+    def _row_mask(self, row: Row, n_words: int) -> tuple[numpy.ndarray, int]:
+        """A masked row's int32 mask and its address: its grammar state's (narrowed by
+        budget closing in its last tokens), or, for a lazy row held back from its trigger,
+        every token but those completing it."""
+        if row.guide is None:
+            trigger = row.spec.trigger
+            assert trigger is not None  # only lazy rows are held
+            return self.guard.row(trigger, row.tail, n_words)
+        mask, address = self.masks.row(row.spec.key, row.guide, n_words)
+        remaining = row.remaining()
+        if remaining is not None and remaining <= self.closer.bound:
+            closing = self._close_within_budget(row, remaining, mask)
+            if closing is not None:
+                return closing, int(closing.ctypes.data)
+        return mask, address
+
+    def _close_within_budget(self, row: Row, remaining: int, allowed: numpy.ndarray) -> numpy.ndarray | None:
+        """`allowed` narrowed to the tokens that still let the row end within its budget
+        (None: it stands as it is)."""
         start = time.perf_counter_ns()
         spec = row.spec
+        closing = None
         try:
-            closing = None
             tables = row.tables
             if tables is None:  # looked up once per row (the closer keeps them per grammar)
                 tables = row.tables = self.closer.automaton(spec.key, row.index, spec.index_path)
             if remaining < tables.farthest + 2:  # else no token of the grammar needs more: nothing to do
                 state = int(row.guide.get_state())
-                closing = self.closer.restrict(spec.key, tables, state, remaining, self.buffer.host_np[i])
+                closing = self.closer.restrict(spec.key, tables, state, remaining, allowed)
         except LookupError as exc:
             self._stop_closing(row, exc)
             closing = None
-        if closing is not None:
-            self.buffer.host_np[i] = closing
         self.budget_ns += time.perf_counter_ns() - start
+        return closing
 
     def _holds_back_trigger(self, row: Row) -> bool:
         """A lazy row still in free text whose tokens left cannot hold a whole call and EOS
@@ -491,6 +579,8 @@ class ConstrainedBatch:
             try:
                 spec, index = row.spec, row.index
                 call = row.call = self.closer.distance(spec.key, index, index.get_initial_state(), spec.index_path)
+                if row.max_tokens is not None:  # held exactly from this output length on
+                    row.hold_at = max(row.hold_at, row.max_tokens - call - 1)
             except LookupError as exc:
                 self._stop_closing(row, exc)
                 return False
@@ -500,6 +590,7 @@ class ConstrainedBatch:
 
     def _stop_closing(self, row: Row, exc: LookupError) -> None:
         row.closing = False
+        row.hold_at = NEVER
         log.warning("constraint %s: budget closing off for a request: %s", row.spec.key[:16], exc)
 
     @property
