@@ -17,9 +17,12 @@ budget-closing part is read from the processor.
 
 Unlike the engine's step log, no model runs between steps here, so caches stay warm: the
 figures are lower than in vLLM's engine process, and the on/off ratio is the comparison.
+`--cold-mb N` writes N MB between steps (a torch add over a buffer, as the model's forward
+pass streams its weights): every cache is cold when a step starts, as in the engine, where
+a step's host time is CPU time, not waiting (measured: thread CPU time = wall time).
 
 Prints a table and ends with ONE JSON line.
-    python benchmarks/bench_mask_replay.py --dump /tmp/pe-hermes.jsonl [--max-tokens 128] [--batch 16]
+    python benchmarks/bench_mask_replay.py --dump /tmp/pe-hermes.jsonl [--max-tokens 128] [--batch 16] [--cold-mb 240]
 """
 
 from __future__ import annotations
@@ -103,7 +106,13 @@ def load_replays(dump: Path, modes: Sequence[str], max_tokens: int, limit: int) 
 
 
 def replay_chunk(
-    batch: Any, chunk: Sequence[Replay], args: Sequence[dict[str, Any]], max_tokens: int, closing: bool, width: int
+    batch: Any,
+    chunk: Sequence[Replay],
+    args: Sequence[dict[str, Any]],
+    max_tokens: int,
+    closing: bool,
+    width: int,
+    sweep: Any = None,
 ) -> tuple[list[float], list[float]]:
     """Per-token µs of every step of one chunk through `batch` (its requests' grammar
     `args`), and the budget-closing part."""
@@ -120,6 +129,8 @@ def replay_chunk(
     live = [i for i in range(len(chunk)) if chunk[i].ids]
     while live:
         logits = torch.zeros(len(chunk), width)
+        if sweep is not None:
+            sweep.add_(0.0)  # the forward pass's memory traffic: caches cold
         start = time.perf_counter_ns()
         batch.apply(logits)
         elapsed = time.perf_counter_ns() - start
@@ -150,12 +161,15 @@ def stats(values: Sequence[float]) -> dict[str, float]:
     }
 
 
-def run(replays: Sequence[Replay], vocab: Any, batch_size: int, max_tokens: int) -> dict[str, Any]:
+def run(replays: Sequence[Replay], vocab: Any, batch_size: int, max_tokens: int, cold_mb: int = 0) -> dict[str, Any]:
+    import torch
+
     from callgate import constraints
     from callgate.constraints.processor import ConstrainedBatch
     from callgate.serving.model_store import ensure_embedded_model
 
     config = SimpleNamespace(model_config=SimpleNamespace(tokenizer=str(ensure_embedded_model())))
+    sweep = torch.ones(cold_mb << 18) if cold_mb else None  # float32: 2**18 per MB
     on, off = ConstrainedBatch(config, "cpu", False), ConstrainedBatch(config, "cpu", False)
     width = 32 * ((on.tokens.vocabulary.size + 31) // 32)
     warm = replays[: min(2, len(replays))]  # grammar loads, the C library, first plans
@@ -169,7 +183,7 @@ def run(replays: Sequence[Replay], vocab: Any, batch_size: int, max_tokens: int)
         grammars = [grammar_args(r, vocab) for r in chunk]
         order = ((on, True), (off, False)) if k % 2 == 0 else ((off, False), (on, True))
         for proc, closing in order:
-            step_us, budget_us = replay_chunk(proc, chunk, grammars, max_tokens, closing, width)
+            step_us, budget_us = replay_chunk(proc, chunk, grammars, max_tokens, closing, width, sweep)
             times["on" if closing else "off"].extend(step_us)
             if closing:
                 times["budget"].extend(budget_us)
@@ -183,12 +197,16 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--limit", type=int, default=10_000, help="at most this many outputs")
+    parser.add_argument("--cold-mb", type=int, default=0, help="MB written between steps (0: warm caches)")
     args = parser.parse_args()
     replays, vocab = load_replays(Path(args.dump), args.modes.split(","), args.max_tokens, args.limit)
     by_format: dict[str, list[Replay]] = {}
     for r in replays:
         by_format.setdefault(r.format, []).append(r)
-    results = {fmt: run(rs, vocab, args.batch, args.max_tokens) | {"outputs": len(rs)} for fmt, rs in by_format.items()}
+    results = {
+        fmt: run(rs, vocab, args.batch, args.max_tokens, args.cold_mb) | {"outputs": len(rs)}
+        for fmt, rs in by_format.items()
+    }
     head = f"{'format':<10} {'outputs':>7} {'closing':<8} {'steps':>6} {'p50 us':>8} {'p90 us':>8} {'p99 us':>8}"
     print(head + f" {'mean us':>8}")
     for fmt, res in results.items():
@@ -206,6 +224,7 @@ def main() -> None:
         "batch": args.batch,
         "max_tokens": args.max_tokens,
         "dump": str(args.dump),
+        "cold_mb": args.cold_mb,
     }
     print(json.dumps({"benchmark": "mask_replay", "env": env, "results": results}))
 
