@@ -12,8 +12,8 @@ Two processors, one with budget closing (each request's `max_tokens`, `--max-tok
 one with it off (`"budget_closing": false`), replay the same chunks alternately, so load
 drift hits both. Per-token time = step time / rows the step masked (the processor's
 `masked`), as the engine's step log divides; a step that masks nothing (under `auto`,
-every row in free text) is not counted, but its cost lands in no other step either. The
-budget-closing part is read from the processor.
+every row in free text) is not counted, as in the engine. The budget-closing part is read
+from the processor.
 
 Unlike the engine's step log, no model runs between steps here, so caches stay warm: the
 figures are lower than in vLLM's engine process, and the on/off ratio is the comparison.

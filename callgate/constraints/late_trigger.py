@@ -56,9 +56,7 @@ class TriggerGuard:
 
     def row(self, trigger: bytes, tail: bytes, n_words: int) -> tuple[numpy.ndarray, int]:
         """`mask` and the address of its first word (the row is kept: the address stays valid)."""
-        longest = 0
-        if trigger[:1] in tail:
-            longest = next((m for m in range(len(trigger) - 1, 0, -1) if tail.endswith(trigger[:m])), 0)
+        longest = len(begun_prefix(tail, trigger))
         slot = (trigger, longest, n_words)
         found = self.masks.get(slot)
         if found is None:

@@ -335,9 +335,9 @@ class StateMasks:
 
 
 class MaskBuffer:
-    """The host bitmask (pinned when copying to a GPU; `host_np` is the same memory as a
-    numpy array, `address` its start), its device twin, and the row numbers handed to the
-    kernel, grown on demand."""
+    """The host bitmask of `_mask_through_buffer` (pinned when copying to a GPU; `host_np`
+    is the same memory as a numpy array), its device twin, and the row numbers handed to
+    the kernel, grown on demand."""
 
     def __init__(self, device: torch.device, pin_memory: bool) -> None:
         self.device, self.pin = device, pin_memory and device.type == "cuda"
@@ -346,7 +346,6 @@ class MaskBuffer:
     def _grow(self, n_rows: int, n_words: int) -> None:
         self.host = torch.zeros(n_rows, n_words, dtype=torch.int32, pin_memory=self.pin)
         self.host_np = self.host.numpy()
-        self.address = int(self.host.data_ptr())
         self.on_device = self.host if self.device.type == "cpu" else torch.empty_like(self.host, device=self.device)
         self.row_ids = torch.zeros(n_rows, dtype=torch.int64)
         self.row_ids_np = self.row_ids.numpy()
@@ -563,7 +562,6 @@ class ConstrainedBatch:
                 closing = self.closer.restrict(spec.key, tables, state, remaining, allowed)
         except LookupError as exc:
             self._stop_closing(row, exc)
-            closing = None
         self.budget_ns += time.perf_counter_ns() - start
         return closing
 
