@@ -190,6 +190,24 @@ def test_golden_outputs_keep_the_invariants(format: str) -> None:
 
 
 @pytest.mark.parametrize("format", ALL_FORMATS)
+def test_a_finished_parser_ignores_what_comes_after(format: str) -> None:
+    """After finish() the result is final: more deltas (plain text, or the start of a call
+    from another case) and a second finish() give no events and change nothing."""
+    corpus = seeds(format)
+    for seed, donor in zip(corpus, (*corpus[1:], corpus[0]), strict=True):
+        parser = stream_parser(format, seed.tools, thinking=seed.thinking)
+        for i in range(0, len(seed.text), 7):
+            parser.feed(seed.text[i : i + 7])
+        parser.finish()
+        final = _comparable(parser.result())
+        assert final == _comparable(parse(format, seed.text, seed.tools, thinking=seed.thinking))
+        for later in (" and more text", donor.text, "<"):
+            assert parser.feed(later) == [], f"{format}: feed after finish gave events"
+        assert parser.finish() == []
+        assert _comparable(parser.result()) == final, f"{format}: the result changed after finish"
+
+
+@pytest.mark.parametrize("format", ALL_FORMATS)
 def test_mutated_golden_outputs(format: str) -> None:
     rng = random.Random(f"mutate-{format}")
     corpus = seeds(format)

@@ -56,6 +56,7 @@ class _S(Enum):
     AFTER_BLOCK = auto()
     AFTER_EOS = auto()
     FAILED = auto()
+    DONE = auto()  # finish() ran: later deltas are ignored, as every format's parser does
 
 
 # An enum member is looked up through its class (~45 ns here against ~15 ns for a module
@@ -210,6 +211,7 @@ class DsmlParser:
             events += self._fail("missing_think_end", f"expected {close!r}, got the end of output", 0)
         elif self._state is _S.AFTER_BLOCK:
             events += self._hand_out()
+        self._state = _S.DONE  # `_step` drops whatever is fed from here on
         return self._builder.add(events)
 
     def result(self) -> ParseResult:
@@ -251,7 +253,7 @@ class DsmlParser:
         if s is _S.AFTER_EOS and len(self._buf):
             got = self._buf.peek(1)
             return self._fail("trailing_text", f"expected the end of output, got {got!r}", 1, self._buf.offset)
-        self._buf.take(len(self._buf))  # FAILED: the rest is neither content nor calls
+        self._buf.take(len(self._buf))  # FAILED: the rest is neither content nor calls; DONE: after the end
         return []
 
     def _text(self, final: bool) -> list[Event]:
