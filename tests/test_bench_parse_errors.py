@@ -7,28 +7,15 @@ Does not know: the engine or the model (benchmarks/bench_parse_errors.py runs th
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.conftest import load_benchmark
 
-
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_parse_errors", ROOT / "benchmarks" / "bench_parse_errors.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses resolve annotations through sys.modules
-    spec.loader.exec_module(module)
-    return module
-
-
-bench = _load()
+bench = load_benchmark("bench_parse_errors")
 
 ROW: dict[str, Any] = {
     "id": "parallel_7",

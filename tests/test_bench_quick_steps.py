@@ -6,27 +6,13 @@ Does not know: the engine or the model (benchmarks/bench_quick_steps.py runs the
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.conftest import load_benchmark
 
-
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_quick_steps", ROOT / "benchmarks" / "bench_quick_steps.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-B = _load()
+B = load_benchmark("bench_quick_steps")
 
 
 def test_excess_splits_at_the_launch_steps() -> None:
