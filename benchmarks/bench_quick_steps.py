@@ -155,7 +155,7 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def head_suffixes(tok: Any, msgs: list[dict[str, str]], block: int) -> dict[str, int]:
-    from callgate.serving.quick import head_prompt, urls_in
+    from callgate.serving.quick_heads import head_prompt, urls_in
     from callgate.templates import render
 
     main_ids = tok.encode(render(FORMAT, msgs))

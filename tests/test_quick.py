@@ -21,12 +21,10 @@ from callgate.formats import FORMATS, get_format
 from callgate.serving.engine import GenerationRequest
 from callgate.serving.fake_engine import FakeEngine, FakeReply, FakeTokenizer
 from callgate.serving.prompt import untrusted_spans
-from callgate.serving.quick import (
+from callgate.serving.quick import Conversation, QuickConfig, QuickService
+from callgate.serving.quick_heads import (
     DEFAULT_LABELS,
     HEADS,
-    Conversation,
-    QuickConfig,
-    QuickService,
     check_tasks,
     decode,
     head_choice,
