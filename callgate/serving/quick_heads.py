@@ -30,11 +30,10 @@ from typing import Any, Literal
 from callgate import templates
 from callgate.errors import InvalidRequestError, TemplateError
 from callgate.formats import get_format
-from callgate.serving.prompt import untrusted_spans
+from callgate.serving.prompt import Spans, untrusted_spans
 
 Position = Literal["user", "answer"]
 Output = Literal["choice", "urls", "lines", "text"]
-Spans = tuple[tuple[int, int], ...]
 
 
 @dataclass(frozen=True, slots=True)
