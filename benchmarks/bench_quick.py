@@ -100,6 +100,7 @@ class StreamSample:
     tokens: int
     heads_s: float  # the user-position heads' wall time beside the stream (0 alone)
     title_s: float  # the title head after the answer (0 alone)
+    round: int = -1  # alone and beside of one round ran back to back
 
 
 async def main_generation(engine: Any, rid: str, messages: Sequence[Mapping[str, Any]], max_tokens: int) -> Any:
@@ -154,7 +155,14 @@ async def heads_once(
 
 
 async def stream_once(
-    engine: Any, quick: Any, msgs: list[dict[str, str]], beside: bool, tag: str, n: int, tasks: Sequence[str] = TASKS
+    engine: Any,
+    quick: Any,
+    msgs: list[dict[str, str]],
+    beside: bool,
+    tag: str,
+    n: int,
+    tasks: Sequence[str] = TASKS,
+    rnd: int = -1,
 ) -> StreamSample:
     """One main stream of `n` tokens; beside: the heads (`tasks`) as a chat completion runs them."""
     from callgate.serving.quick import Conversation
@@ -187,7 +195,7 @@ async def stream_once(
         title_s = time.perf_counter() - max(answered_at, heads_done_at)
         heads_s = heads_done_at - launched_at
     tpot_ms = (times[-1] - times[0]) / max(1, tokens - 1) * 1000.0
-    return StreamSample(n, beside, tpot_ms, tokens, heads_s, title_s)
+    return StreamSample(n, beside, tpot_ms, tokens, heads_s, title_s, rnd)
 
 
 def start_engine(folder: Path, args: argparse.Namespace, caching: bool) -> Any:
@@ -232,7 +240,7 @@ async def run_engine(
                 order = (False, True) if r % 2 == 0 else (True, False)
                 for beside in order:
                     tag = f"{n}-{r}-{beside}"
-                    streams.append(await stream_once(engine, quick, next(todo), beside, tag, n, args.beside_tasks))
+                    streams.append(await stream_once(engine, quick, next(todo), beside, tag, n, args.beside_tasks, r))
     return heads, streams
 
 
@@ -267,15 +275,25 @@ def summarise(heads: list[HeadsSample], streams: list[StreamSample]) -> dict[str
         alone = [s.tpot_ms for s in streams if not s.beside and s.main_tokens == n]
         beside = [s for s in streams if s.beside and s.main_tokens == n]
         if alone and beside:
+            paired = paired_slowdowns([s for s in streams if s.main_tokens == n])
             stream[str(n)] = {
                 "tpot_ms_alone_median": round(statistics.median(alone), 2),
                 "tpot_ms_beside_median": round(statistics.median(s.tpot_ms for s in beside), 2),
                 "slowdown": round(statistics.median(s.tpot_ms for s in beside) / statistics.median(alone) - 1, 4),
+                "slowdown_per_round": [round(x, 4) for x in paired],  # beside / alone of the same round
+                "slowdown_paired_median": round(statistics.median(paired), 4) if paired else None,
                 "heads_wall_ms_median": round(statistics.median(s.heads_s for s in beside) * 1000, 1),
                 "title_after_ms_median": round(statistics.median(s.title_s for s in beside) * 1000, 1),
                 "rounds": len(beside),
             }
     return {"heads": table, "stream": stream}
+
+
+def paired_slowdowns(streams: Sequence[StreamSample]) -> list[float]:
+    """Beside / alone - 1 per round that has both: the two ran back to back, so the drift of a
+    shared machine's step time over minutes cancels out."""
+    alone = {s.round: s.tpot_ms for s in streams if not s.beside}
+    return [s.tpot_ms / alone[s.round] - 1 for s in streams if s.beside and s.round in alone]
 
 
 def print_table(summary: Mapping[str, Any]) -> None:
@@ -290,7 +308,8 @@ def print_table(summary: Mapping[str, Any]) -> None:
     for n, s in summary["stream"].items():
         print(
             f"main stream ({n} tokens) TPOT: alone {s['tpot_ms_alone_median']} ms, beside the heads "
-            f"{s['tpot_ms_beside_median']} ms ({s['slowdown'] * 100:+.1f}%); the five user-position heads took "
+            f"{s['tpot_ms_beside_median']} ms ({s['slowdown'] * 100:+.1f}%; per round "
+            f"{', '.join(f'{x * 100:+.1f}%' for x in s['slowdown_per_round'])}); the five user-position heads took "
             f"{s['heads_wall_ms_median']} ms beside it, title {s['title_after_ms_median']} ms after it "
             f"(medians of {s['rounds']} rounds)"
         )
