@@ -319,20 +319,30 @@ def test_deciding_bytes_bound_the_tokens_that_decide() -> None:
     assert head_choice("domain", {"domain": ("café", "cab")}).deciding_bytes() == 3  # "caf" decides
 
 
-async def test_read_url_asks_each_url_after_its_forced_line_start() -> None:
+async def test_read_url_asks_each_url_after_the_lines_before_it() -> None:
     engine = scripted()
-    await QuickService(engine, "hermes").run(Conversation(tuple(CHAT)), ["read_url"])
+    result = await QuickService(engine, "hermes").run(Conversation(tuple(CHAT)), ["read_url"])
     head = head_prompt("hermes", CHAT, "read_url")
-    assert len(engine.requests) == 2
-    for req, url in zip(engine.requests, urls_in(CHAT), strict=True):
-        assert req.prompt == head.text + url + ":"
-        assert req.untrusted_spans == (*head.spans, (len(head.text), len(head.text) + len(url)))
+    first, second = urls_in(CHAT)
+    a_start, b_start = len(head.text), len(head.text + first + ": yes\n")
+    prompts = [head.text + first + ":", head.text + first + ": yes\n" + second + ":"]
+    assert [r.prompt for r in engine.requests] == prompts
+    assert engine.requests[0].untrusted_spans == (*head.spans, (a_start, a_start + len(first)))
+    assert engine.requests[1].untrusted_spans == (
+        *head.spans,
+        (a_start, a_start + len(first)),
+        (b_start, b_start + len(second)),
+    )
+    # the prompt of the last request is the full decode's text up to its answer
+    assert result.runs[0].text == f"{first}: yes\n{second}: no" == ANSWERS["read_url"]
+    assert head.text + result.runs[0].text.removesuffix(" no") == engine.requests[1].prompt
 
 
 async def test_read_url_with_an_undecided_url_answers_none() -> None:
     engine = FakeEngine(respond=lambda req: " maybe" if req.prompt.endswith("/a:") else " no")
     result = await QuickService(engine, "hermes").run(Conversation(tuple(CHAT)), ["read_url"])
     assert result.results() == {"read_url": None}
+    assert len(engine.requests) == 1  # no line to continue from: the later URLs are not asked
 
 
 async def test_unconstrained_config_sends_no_grammar() -> None:

@@ -2,7 +2,7 @@
 exactly the same tokens whether its conversation prefix came from the prefix cache (put
 there by the main prompt) or was computed from scratch; and a categorical head decided
 early (one or two tokens, label completed by callgate) answers exactly what the full
-greedy constrained decode writes.
+greedy constrained decode writes, as read_url does asking its URLs in turn (one step each).
 
 The engine runs in a child process (this file run as a script), as the other e2e tests run
 their servers: vLLM's import-time warnings must not meet pytest's warnings-as-errors. The
@@ -61,7 +61,7 @@ def test_heads_write_the_same_tokens_with_and_without_the_cached_prefix() -> Non
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     assert set(report) == set(TASKS)
     for task, r in report.items():
-        # read_url asks each URL in its own request: the second may reuse the first's blocks
+        # read_url asks its URLs in turn: the second request reuses the first's blocks
         assert r["cold"]["cached_tokens"] == 0 or task == "read_url", task
         assert r["cold"]["cached_tokens"] < r["cold"]["prompt_tokens"] / 2, task
         # every full cache block of the shared conversation
@@ -74,6 +74,10 @@ def test_heads_write_the_same_tokens_with_and_without_the_cached_prefix() -> Non
         assert (early["output"], early["text"]) == (full["output"], full["text"]), task
         assert early["token_ids"] == full["token_ids"][: len(early["token_ids"])], task
         assert len(early["token_ids"]) <= (2 if task == "domain" else 1), task
+    # read_url asks URL by URL, each after the lines before it, as the full decode writes them
+    early, full = report["read_url"]["cold"], report["read_url"]["full"]
+    assert (early["output"], early["text"]) == (full["output"], full["text"])
+    assert len(early["token_ids"]) == 2 < len(full["token_ids"])  # one step per URL
     assert report["action"]["cold"]["output"] in ("search", "answer")
     assert report["authority"]["cold"]["output"] in ("low", "medium", "high")
     urls = report["read_url"]["cold"]["output"]

@@ -24,12 +24,14 @@ max_tokens, so max_tokens=1 under it changed which label greedy decoding picked 
 its first steps (its max_tokens leaves every label room). The engine then stops the row by
 itself instead of running until the abort lands. Labels where one spelling is a prefix of
 another (only EOS decides) keep the full decode's request.
-`read_url` decides each URL in its own request, concurrently: the head prompt plus the
-forced line start "URL:" (as the answer's first line would begin), then " yes" or " no"
-under a grammar with max_tokens=2, decided the same way. Each URL's answer is therefore
-conditioned on the conversation and that URL alone, not on the answers written for the URLs
-before it (the full decode, used with `decide_early=False` or unconstrained, writes all
-lines in one go, one step per token of every URL).
+`read_url` decides the URLs one after another, one request each: the head prompt, the lines
+answered so far, the forced line start "URL:", then " yes" or " no" under a grammar with
+max_tokens=2, decided the same way. Each answer is conditioned on the lines before it, as
+in the full decode (used with `decide_early=False` or unconstrained), which writes every
+line in one go at one step per token of every URL; here each URL costs one step, and its
+prompt shares the KV blocks of the request before it. The forced text is tokenized as
+written, where the constrained full decode picks its own tokens for it, so the two can
+still differ in rare cases.
 
 `HeadRun.text` is the answer as written in full (a decided label completed, each read_url
 line with its forced start); `token_ids` are only the tokens the model generated.
@@ -196,26 +198,28 @@ class QuickService:
         return last.run(task, output, text)
 
     async def _read_urls(self, prompt: HeadPrompt, urls: Sequence[str], request_id: str) -> HeadRun:
-        """read_url decided per URL, concurrently: the head prompt, the forced "URL:", then
-        " yes" or " no" (module docstring). The URL is content: special-token text stays text."""
+        """read_url decided URL by URL, each after the lines before it: the head prompt, the
+        answers so far, the forced "URL:", then " yes" or " no" (module docstring). The URLs
+        are content: special-token text stays text."""
         constraint = await self._constraint(" (?:yes|no)")
         # " y" / " n" decide, so two tokens always do; with max_tokens=2 the processor's budget
         # closing lets only a whole " yes" / " no" token start (one step), not a lone " ".
         sampling = SamplingParams(2, 0.0)
-        n = len(prompt.text)
-        reqs = [
-            GenerationRequest(
-                f"{request_id}-{i}", f"{prompt.text}{u}:", sampling, constraint, (*prompt.spans, (n, n + len(u)))
-            )
-            for i, u in enumerate(urls)
-        ]
-        async with asyncio.TaskGroup() as group:
-            tasks = [group.create_task(_generate(self.engine, r, URL_CHOICE)) for r in reqs]
-        lasts = [t.result() for t in tasks]
-        said = [URL_CHOICE.decided(x.text, x.finish_reason == "stop") for x in lasts]
+        text, spans = prompt.text, prompt.spans
+        lasts: list[_Last] = []
+        said: list[tuple[str, str] | None] = []
+        for i, u in enumerate(urls):
+            spans = (*spans, (len(text), len(text) + len(u)))
+            text = f"{text}{u}:"
+            req = GenerationRequest(f"{request_id}-{i}", text, sampling, constraint, spans)
+            lasts.append(await _generate(self.engine, req, URL_CHOICE))
+            said.append(URL_CHOICE.decided(lasts[-1].text, lasts[-1].finish_reason == "stop"))
+            if said[-1] is None:
+                break  # the grammar ends here (only an abort): no line to continue from
+            text += said[-1][0] + "\n"
         output = None if None in said else {u: d[1] == "yes" for u, d in zip(urls, said, strict=True) if d}
-        text = "\n".join(f"{u}:{d[0] if d else x.text}" for u, d, x in zip(urls, said, lasts, strict=True))
-        return _Last.merged(lasts).run("read_url", output, text)
+        lines = (f"{u}:{d[0] if d else x.text}" for u, d, x in zip(urls, said, lasts, strict=False))
+        return _Last.merged(lasts).run("read_url", output, "\n".join(lines))
 
     async def _constraint(self, regex: str) -> HeadConstraint | None:
         """The regex's ref, its Index compiled into the shared cache (None: unconstrained)."""
