@@ -155,6 +155,9 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def head_suffixes(tok: Any, msgs: list[dict[str, str]], block: int) -> dict[str, int]:
+    """Per head, the prompt tokens past the shared full KV blocks: of the main prompt, and for
+    read_url's later URLs of the request before (asked in turn; " yes" stands in for the
+    answers, which only the model knows)."""
     from callgate.serving.quick_heads import head_prompt, urls_in
     from callgate.templates import render
 
@@ -162,8 +165,16 @@ def head_suffixes(tok: Any, msgs: list[dict[str, str]], block: int) -> dict[str,
     out: dict[str, int] = {}
     for task in USER_HEADS:
         p = head_prompt(FORMAT, msgs, task)
-        texts = [f"{p.text}{u}:" for u in urls_in(msgs)] if task == "read_url" else [p.text]
-        out[task] = sum(uncached_tokens(main_ids, tok.encode(t), block) for t in texts)
+        if task != "read_url":
+            out[task] = uncached_tokens(main_ids, tok.encode(p.text), block)
+            continue
+        before, text, total = main_ids, p.text, 0
+        for u in urls_in(msgs):
+            text += f"{u}:"
+            ids = tok.encode(text)
+            total += uncached_tokens(before, ids, block)
+            before, text = ids, text + " yes\n"
+        out[task] = total
     return out
 
 
