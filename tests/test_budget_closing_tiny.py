@@ -132,7 +132,7 @@ def test_the_guard_bans_exactly_the_tokens_that_complete_the_trigger(tail: str, 
     if raw in data:
         return  # a row whose tail held the trigger would have started its grammar
     banned = {t for t, piece in TEXT.items() if raw in data + piece}
-    row = torch.from_numpy(GUARD.mask(raw, data, 2)).unsqueeze(0)
+    row = torch.from_numpy(GUARD.row(raw, data, 2)[0]).unsqueeze(0)
     assert set(allowed_matrix(row, 64)[0].nonzero().flatten().tolist()) == set(range(64)) - banned
 
 
@@ -162,7 +162,7 @@ def test_a_lazy_row_sees_its_trigger_exactly_where_the_text_holds_it(tokens: lis
             return
         assert row.guide is None and row.tail == begun_prefix(text, raw)
         banned = {t for t, piece in TEXT.items() if raw in text[-len(raw) :] + piece}
-        mask = torch.from_numpy(batch.guard.mask(raw, row.tail, 2)).unsqueeze(0)
+        mask = torch.from_numpy(batch.guard.row(raw, row.tail, 2)[0]).unsqueeze(0)
         assert set(allowed_matrix(mask, 64)[0].nonzero().flatten().tolist()) == set(range(64)) - banned
         out.append(token)
         text += TEXT[token]

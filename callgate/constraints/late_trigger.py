@@ -48,14 +48,11 @@ class TriggerGuard:
             found = self._marks[trigger] = bytes(flags)
         return found
 
-    def mask(self, trigger: bytes, tail: bytes, n_words: int) -> numpy.ndarray:
-        """The allowed-bits row (int32) for a row whose free text ends with `tail`. Kept
-        per trigger, width and the longest trigger prefix the tail ends with (which
-        fixes every shorter one it ends with: each is a suffix of that prefix)."""
-        return self.row(trigger, tail, n_words)[0]
-
     def row(self, trigger: bytes, tail: bytes, n_words: int) -> tuple[numpy.ndarray, int]:
-        """`mask` and the address of its first word (the row is kept: the address stays valid)."""
+        """The allowed-bits row (int32) for a row whose free text ends with `tail`, and the
+        address of its first word. Kept per trigger, width and the longest trigger prefix the
+        tail ends with (which fixes every shorter one it ends with: each is a suffix of that
+        prefix); kept rows are never freed, so the address stays valid."""
         longest = len(begun_prefix(tail, trigger))
         slot = (trigger, longest, n_words)
         found = self.masks.get(slot)
