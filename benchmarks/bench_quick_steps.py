@@ -51,9 +51,10 @@ LAUNCH_GAPS = 4
 SIDE_TOKENS = 200
 
 
-def split_excess(gaps: Sequence[float], step_s: float) -> tuple[float, float]:
-    """Seconds above `step_s` per gap: in the first LAUNCH_GAPS gaps, and in the rest."""
-    excess = [g - step_s for g in gaps]
+def split_excess(gaps: Sequence[float], step: float) -> tuple[float, float]:
+    """The time above `step` per gap (in the gaps' unit) summed over the first LAUNCH_GAPS
+    gaps, and over the rest."""
+    excess = [g - step for g in gaps]
     return sum(excess[:LAUNCH_GAPS]), sum(excess[LAUNCH_GAPS:])
 
 
