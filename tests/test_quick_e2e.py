@@ -24,6 +24,7 @@ import pytest
 TIMEOUT_S = 1500.0  # vLLM starts in minutes on a busy 2-core machine
 TASKS = ("action", "query", "authority", "domain", "title", "read_url")
 CHOICE_TASKS = ("action", "authority", "domain")
+TOGETHER = ("action", "query", "authority", "domain")
 FORMAT = "hermes"
 BLOCK_SIZE = 32  # tokens; a cached prefix is whole blocks
 
@@ -59,7 +60,14 @@ def test_heads_write_the_same_tokens_with_and_without_the_cached_prefix() -> Non
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
     report = json.loads(proc.stdout.strip().splitlines()[-1])
+    together = report.pop("together")
     assert set(report) == set(TASKS)
+    # heads on a conversation nothing has computed: one computes the shared blocks, the rest
+    # (and the main prompt after them) read them from the cache
+    assert together["shared"] > 0
+    cached = sorted(together["heads"].values())
+    assert cached[0] == 0 and cached[1:] == [together["shared"]] * (len(TOGETHER) - 1), together
+    assert together["main"] == together["shared_main"] > 0, together
     for task, r in report.items():
         # read_url asks its URLs in turn: the second request reuses the first's blocks
         assert r["cold"]["cached_tokens"] == 0 or task == "read_url", task
@@ -142,9 +150,47 @@ async def _check() -> dict[str, Any]:
             if task in CHOICE_TASKS or task == "read_url":
                 await reset()
                 report[task]["full"] = _run(await full_decode.run_head(conv, task, f"full-{task}"))
+        report["together"] = await _together(engine, quick, reset)
     finally:
         await engine.shutdown()
     return report
+
+
+async def _together(engine: Any, quick: Any, reset: Any) -> dict[str, Any]:
+    """The four user-turn choice and text heads on a conversation nothing has computed, then a
+    one-token main generation: one request computes the shared prefix, every other reads it
+    from the cache (vLLM caches a block when it schedules it, even within one step)."""
+    from callgate.serving.engine import GenerationRequest, SamplingParams
+    from callgate.serving.prompt import untrusted_spans
+    from callgate.serving.quick import Conversation
+    from callgate.serving.quick_heads import head_prompt
+    from callgate.templates import render
+
+    msgs = conversation("together")
+    await reset()
+    result = await quick.run(Conversation(tuple(msgs)), TOGETHER)
+    text = render(FORMAT, msgs)
+    main = engine.tokenizer.encode(text)
+    heads = [engine.tokenizer.encode(head_prompt(FORMAT, msgs, t).text) for t in TOGETHER]
+    req = GenerationRequest(
+        "main-together", text, SamplingParams(1, 0.0), None, untrusted_spans(lambda m: render(FORMAT, m), msgs, text)
+    )
+    cached = 0
+    async for delta in engine.generate(req):
+        cached = delta.cached_tokens
+    return {
+        "heads": {r.task: r.cached_tokens for r in result.runs},
+        "main": cached,
+        # full blocks every head's prompt shares with the others, and with the main prompt
+        "shared": _common(heads) // BLOCK_SIZE * BLOCK_SIZE,
+        "shared_main": _common([main, *heads]) // BLOCK_SIZE * BLOCK_SIZE,
+    }
+
+
+def _common(prompts: list[list[int]]) -> int:
+    """The length of the longest token prefix all `prompts` start with."""
+    n = min(len(p) for p in prompts)
+    return next((i for i in range(n) if len({p[i] for p in prompts}) > 1), n)
 
 
 if __name__ == "__main__":

@@ -311,7 +311,7 @@ class ChatService:
                     base[0] + delta.prompt_tokens, base[1] + delta.completion_tokens, base[2] + delta.cached_tokens
                 )
                 if turn.quick is not None:
-                    turn.quick.launch()  # the conversation is in the prefix cache from here on
+                    turn.quick.launch()  # the whole conversation is in the prefix cache from here on
                 if delta.finish_reason is not None:
                     rnd.finish_reason = delta.finish_reason
                     finished = True
