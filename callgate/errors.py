@@ -83,6 +83,14 @@ class ValidatorUnavailableError(CallgateError):
     error_type = "validator_unavailable"
 
 
+class CompilerBusyError(CallgateError):
+    """Every grammar compile worker stayed busy past the time limit: retry later (what an
+    OpenAI client does by itself for a 503; `server_error` is OpenAI's type for overload)."""
+
+    status = 503
+    error_type = "server_error"
+
+
 class EngineError(CallgateError):
     status = 500
     error_type = "server_error"

@@ -17,6 +17,7 @@ import pytest
 from hypothesis import assume, given, settings
 
 import callgate.constraints as constraints
+from callgate.constraints import cache
 from callgate.constraints.json_schema import GENERIC_DEPTH, schema_regex
 from callgate.constraints.request import grammar_request
 from callgate.constraints.text import text_without
@@ -341,12 +342,15 @@ async def test_build_async_compiles_off_the_loop() -> None:
 
 
 async def test_build_async_time_limit(monkeypatch: pytest.MonkeyPatch) -> None:
-    def slow(*args: Any, **kwargs: Any) -> None:
+    def slow(regex: str, vocabulary: constraints.TokenVocabulary) -> Any:
         time.sleep(0.5)
+        return real(regex, vocabulary)
 
-    monkeypatch.setattr(constraints, "build", slow)
+    real = cache.compile_index
+    monkeypatch.setattr(cache, "compile_index", slow)
+    fresh = {"type": "function", "function": {"name": "time_limit_test"}}  # in no cache yet
     start = time.perf_counter()
     with pytest.raises(SchemaTooComplexError, match=r"within 0\.05 s"):
-        await constraints.build_async("hermes", [WEATHER], "required", True, None, None, timeout_s=0.05)
+        await constraints.build_async("hermes", [fresh], "required", True, None, byte_vocabulary(), timeout_s=0.05)
     assert time.perf_counter() - start < 0.4
     await asyncio.sleep(0.5)  # let the worker finish before the loop closes

@@ -11,8 +11,9 @@ how the mask is applied (callgate.constraints.processor, callgate.kernels).
     get_index(key, regex, vocabulary, path=None)                           # the processor's cache
     configure_disk(directory, max_bytes)                                   # where Indexes are written
 
-Errors: SchemaTooComplexError (400, code schema_too_complex) naming the keyword or the time
-limit; InvalidRequestError (400) for a tool_choice naming no tool.
+Errors: SchemaTooComplexError (400, code schema_too_complex) naming the keyword, the time
+limit or the size of the Index; CompilerBusyError (503, code grammar_compiler_busy) when the
+compile workers stay busy; InvalidRequestError (400) for a tool_choice naming no tool.
 """
 
 from __future__ import annotations
@@ -20,15 +21,15 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 from callgate.constraints import closing_store
 from callgate.constraints.cache import CACHE, TokenVocabulary, configure_disk, get_index, token_vocabulary
+from callgate.constraints.compile_pool import CompilePool, Job
 from callgate.constraints.grammar import Grammar, grammar
+from callgate.constraints.index_size import check_size
 from callgate.constraints.request import GrammarRequest, Mode, grammar_request
-from callgate.errors import SchemaTooComplexError
 
 __all__ = [
     "CACHE",
@@ -103,6 +104,70 @@ def build_regex(req: GrammarRequest) -> Grammar:
     return grammar(req)
 
 
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """A request's grammar, before its Index: what `build` and `build_async` share."""
+
+    req: GrammarRequest
+    grammar: Grammar
+    key: str
+    vocab: TokenVocabulary | None
+
+    @property
+    def param(self) -> str:
+        return "response_format" if self.req.mode == "response_format" else "tools"
+
+
+def _plan(
+    format: str,
+    tools: Sequence[Mapping[str, Any]] | None,
+    tool_choice: Any,
+    parallel_tool_calls: bool | None,
+    response_format: Any,
+    vocabulary: Vocab,
+    eos_token_id: int | None,
+    thinking: bool,
+) -> _Plan | None:
+    req = grammar_request(format, tools, tool_choice, parallel_tool_calls, response_format, thinking=thinking)
+    if req is None:
+        return None
+    return _Plan(req, grammar(req), req.key(), _vocabulary(vocabulary, eos_token_id))
+
+
+def _finish(plan: _Plan, index: Any, compile_s: float) -> Constraint:
+    """The Constraint of a compiled plan, its Index and closing tables on disk."""
+    path = None if plan.vocab is None else CACHE.persisted(plan.key, plan.vocab, index)
+    if path is not None and plan.vocab is not None:
+        closing_store.persist(path, index, plan.vocab)  # the engine's budget closing reads it
+    return Constraint(plan.key, plan.grammar.regex, plan.req.mode, plan.grammar.trigger, index, compile_s, path)
+
+
+def _compile(plan: _Plan, job: Job | None = None) -> Constraint:
+    """Compile a plan (blocking), refusing first an Index too large (index_size.py)."""
+    vocab = plan.vocab
+    assert vocab is not None
+
+    def guard() -> None:
+        check_size(plan.grammar.regex, vocab, plan.param)
+        if job is not None:
+            job.proceed()
+
+    start = time.perf_counter()
+    index = CACHE.get_or_compile(plan.key, plan.grammar.regex, vocab, guard=guard)
+    return _finish(plan, index, time.perf_counter() - start)
+
+
+def _without_compile(plan: _Plan | None) -> Constraint | _Plan | None:
+    """The Constraint when no compile is needed (no vocabulary, or the Index in memory),
+    else the plan to compile; None when nothing constrains the output."""
+    if plan is None:
+        return None
+    if plan.vocab is None:
+        return _finish(plan, None, 0.0)
+    index = CACHE.get(plan.key, plan.vocab)
+    return plan if index is None else _finish(plan, index, 0.0)
+
+
 def build(
     format: str,
     tools: Sequence[Mapping[str, Any]] | None,
@@ -114,23 +179,14 @@ def build(
     eos_token_id: int | None = None,
     thinking: bool = False,
 ) -> Constraint | None:
-    """Build and compile (blocking). None when nothing constrains the output."""
-    req = grammar_request(format, tools, tool_choice, parallel_tool_calls, response_format, thinking=thinking)
-    if req is None:
-        return None
-    vocab = _vocabulary(vocabulary, eos_token_id)
-    g = grammar(req)
-    key = req.key()
-    start = time.perf_counter()
-    index = None if vocab is None else get_index(key, g.regex, vocab)
-    elapsed = time.perf_counter() - start
-    path = None if vocab is None else CACHE.persisted(key, vocab, index)
-    if path is not None and vocab is not None:
-        closing_store.persist(path, index, vocab)  # the engine's budget closing reads it
-    return Constraint(key, g.regex, req.mode, g.trigger, index, elapsed, path)
+    """Build and compile (blocking). None when nothing constrains the output. Raises
+    SchemaTooComplexError for a grammar whose Index would be too large (index_size.py)."""
+    plan = _plan(format, tools, tool_choice, parallel_tool_calls, response_format, vocabulary, eos_token_id, thinking)
+    found = _without_compile(plan)
+    return _compile(found) if isinstance(found, _Plan) else found
 
 
-_EXECUTOR = ThreadPoolExecutor(max_workers=2, thread_name_prefix="callgate-grammar")
+_POOL = CompilePool(workers=2)
 
 
 async def build_async(
@@ -145,27 +201,22 @@ async def build_async(
     thinking: bool = False,
     timeout_s: float = 5.0,
 ) -> Constraint | None:
-    """`build` in a worker thread; stops waiting after `timeout_s` and raises
-    SchemaTooComplexError. A compile that overran keeps running in its thread (outlines-core
-    cannot be interrupted) and lands in the cache; at most two compile at a time."""
+    """`build` off the event loop. A request needing no grammar, or one whose Index is in
+    memory, runs in the loop's default executor and never waits for a compile. A compile
+    runs in the compile pool (compile_pool.py, two workers): SchemaTooComplexError when it
+    runs past `timeout_s` from its start (it goes on and lands in the cache),
+    CompilerBusyError (503) when no worker frees up within `timeout_s`."""
     loop = asyncio.get_running_loop()
-    future = loop.run_in_executor(
-        _EXECUTOR,
-        lambda: build(
-            format,
-            tools,
-            tool_choice,
-            parallel_tool_calls,
-            response_format,
-            vocabulary,
-            eos_token_id=eos_token_id,
-            thinking=thinking,
+    found = await loop.run_in_executor(
+        None,
+        lambda: _without_compile(
+            _plan(format, tools, tool_choice, parallel_tool_calls, response_format, vocabulary, eos_token_id, thinking)
         ),
     )
-    try:
-        return await asyncio.wait_for(asyncio.shield(future), timeout_s)
-    except TimeoutError:
-        raise SchemaTooComplexError(
-            f"the tool/response schemas did not compile into a grammar within {timeout_s:g} s; simplify them",
-            param="tools",
-        ) from None
+    if not isinstance(found, _Plan):
+        return found
+    plan = found
+    assert plan.vocab is not None
+    slot = (plan.vocab.fingerprint, plan.key)
+    result: Constraint = await _POOL.run(slot, lambda job: _compile(plan, job), timeout_s=timeout_s, param=plan.param)
+    return result

@@ -20,6 +20,11 @@ By default it is a temporary directory of this process, removed when it exits: a
 is only valid for one outlines-core build and one vocabulary, and a free-form grammar
 takes tens of MB, so nothing is left behind unless a directory is configured
 (`--grammar-cache-dir`, which also lets a restarted server skip its compiles).
+
+Memory tier: bounded by entries and by bytes, an entry weighing its serialised size (its
+file's, or `index_bytes` without one). Measured on SmolLM2's 49k tokens: one tool with one
+string argument makes a 21 MB Index, 15 optional string arguments 165 MB, so a count alone
+does not bound memory. An Index larger than the whole byte bound is returned, not kept.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ import tempfile
 import threading
 import zlib
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,6 +53,7 @@ SUFFIX = ".index"
 CLOSING_SUFFIX = ".closing"  # budget closing's tables (closing_store.py) beside an Index file
 COMPANION_SUFFIXES = (CLOSING_SUFFIX,)  # written beside an Index file, evicted with it
 DEFAULT_DISK_BYTES = 1 << 30
+DEFAULT_MEMORY_BYTES = 1 << 30
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,55 +83,91 @@ def token_vocabulary(tokens: Mapping[bytes, list[int]], eos_token_id: int) -> To
 
 class IndexCache:
     """(vocabulary fingerprint, key) -> Index, least recently used first out, with one
-    compile per entry at a time. Bounded: an Index holds every allowed transition, and free
-    text or a free-form JSON value allows most of the vocabulary in each of its states
-    (measured on SmolLM2's 49k tokens: tens to hundreds of MB for a free-form object)."""
+    compile per entry at a time. Bounded by `max_entries` and by `max_bytes` (serialised
+    size): an Index holds every allowed transition, and free text or a free-form JSON value
+    allows most of the vocabulary in each of its states."""
 
-    def __init__(self, max_entries: int = 64, disk: DiskTier | None = None) -> None:
+    def __init__(
+        self, max_entries: int = 64, disk: DiskTier | None = None, max_bytes: int = DEFAULT_MEMORY_BYTES
+    ) -> None:
         self.max_entries = max_entries
+        self.max_bytes = max_bytes
         self.disk = disk
         self._lock = threading.Lock()
-        self._entries: OrderedDict[tuple[str, str], Any] = OrderedDict()
+        self._entries: OrderedDict[tuple[str, str], tuple[Any, int]] = OrderedDict()
+        self._bytes = 0
         self._building: dict[tuple[str, str], threading.Lock] = {}
 
     def get(self, key: str, vocabulary: TokenVocabulary) -> Any | None:
-        return self._entries.get((vocabulary.fingerprint, key))
+        """The Index in memory (marked recently used), None when not there."""
+        return self._recent((vocabulary.fingerprint, key))
 
-    def get_or_compile(self, key: str, regex: str, vocabulary: TokenVocabulary, path: str | None = None) -> Any:
+    def get_or_compile(
+        self,
+        key: str,
+        regex: str,
+        vocabulary: TokenVocabulary,
+        path: str | None = None,
+        guard: Callable[[], None] | None = None,
+    ) -> Any:
         """From memory, else from the file at `path` (another process's compile), else
-        compiled from `regex` (and written to this cache's disk tier, if any)."""
+        compiled from `regex` (and written to this cache's disk tier, if any). `guard` runs
+        just before a compile from the regex; what it raises propagates, nothing is cached."""
         slot = (vocabulary.fingerprint, key)
-        found = self._entries.get(slot)
+        found = self._recent(slot)
         if found is not None:
-            with self._lock:
-                if slot in self._entries:
-                    self._entries.move_to_end(slot)
             return found
         with self._lock:
             gate = self._building.setdefault(slot, threading.Lock())
-        with gate:
-            found = self._entries.get(slot)
-            if found is None:
-                found = self._load_or_compile(key, regex, vocabulary, path)
-                with self._lock:
-                    self._entries[slot] = found
-                    while len(self._entries) > self.max_entries:
-                        self._entries.popitem(last=False)
-        with self._lock:
-            self._building.pop(slot, None)
+        try:
+            with gate:
+                found = self._recent(slot)
+                if found is None:
+                    found, nbytes = self._load_or_compile(key, regex, vocabulary, path, guard)
+                    self._keep(slot, found, nbytes)
+        finally:
+            with self._lock:
+                self._building.pop(slot, None)
         return found
 
-    def _load_or_compile(self, key: str, regex: str, vocabulary: TokenVocabulary, path: str | None) -> Any:
+    def _recent(self, slot: tuple[str, str]) -> Any | None:
+        with self._lock:
+            found = self._entries.get(slot)
+            if found is None:
+                return None
+            self._entries.move_to_end(slot)
+            return found[0]
+
+    def _keep(self, slot: tuple[str, str], index: Any, nbytes: int) -> None:
+        with self._lock:
+            if nbytes > self.max_bytes:
+                log.warning(
+                    "grammar %s: its Index (%d bytes) is larger than the memory cache; not kept", slot[1][:16], nbytes
+                )
+                return
+            self._entries[slot] = (index, nbytes)
+            self._bytes += nbytes
+            while len(self._entries) > self.max_entries or self._bytes > self.max_bytes:
+                _, (_, gone) = self._entries.popitem(last=False)
+                self._bytes -= gone
+
+    def _load_or_compile(
+        self, key: str, regex: str, vocabulary: TokenVocabulary, path: str | None, guard: Callable[[], None] | None
+    ) -> tuple[Any, int]:
+        """The Index and its weight in bytes."""
         if path is not None:  # another process's file: read it, never write it
             found = load_given(Path(path), key, vocabulary)
-            return found if found is not None else outlines_core.Index(regex, vocabulary.inner)
+            if found is not None:
+                return found, _size(Path(path))
+            found = _compiled(regex, vocabulary, guard)
+            return found, _weight(found, None)
         own = None if self.disk is None else self.disk.path_for(vocabulary.fingerprint, key)
         found = None if own is None else read_index(own)
         if found is None:
-            found = outlines_core.Index(regex, vocabulary.inner)
+            found = _compiled(regex, vocabulary, guard)
             if own is not None and self.disk is not None:
                 self.disk.store(own, found)
-        return found
+        return found, _weight(found, own)
 
     def persisted(self, key: str, vocabulary: TokenVocabulary, index: Any) -> str | None:
         """The file of `index` in the disk tier (rewritten if evicted), None without one."""
@@ -139,8 +181,37 @@ class IndexCache:
     def __len__(self) -> int:
         return len(self._entries)
 
+    @property
+    def nbytes(self) -> int:
+        """The serialised size of the Indexes held in memory."""
+        return self._bytes
+
     def clear(self) -> None:
-        self._entries.clear()
+        with self._lock:
+            self._entries.clear()
+            self._bytes = 0
+
+
+def compile_index(regex: str, vocabulary: TokenVocabulary) -> Any:
+    """Compile `regex` over `vocabulary` (blocking; outlines-core cannot be interrupted)."""
+    return outlines_core.Index(regex, vocabulary.inner)
+
+
+def _compiled(regex: str, vocabulary: TokenVocabulary, guard: Callable[[], None] | None) -> Any:
+    if guard is not None:
+        guard()
+    return compile_index(regex, vocabulary)
+
+
+def _weight(index: Any, file: Path | None) -> int:
+    """Serialised size of `index`: its file's payload when written, else serialised now."""
+    on_disk = 0 if file is None else _size(file) - HEADER_BYTES
+    if on_disk > 0:
+        return on_disk
+    try:
+        return len(index_bytes(index))
+    except TypeError:  # an Index that does not serialise (a test's stand-in) weighs nothing
+        return 0
 
 
 def index_bytes(index: Any) -> bytes:
