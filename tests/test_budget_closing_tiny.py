@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from callgate.constraints.automaton import Spelling, build_automaton
 from callgate.constraints.budget import SizedLRU
+from callgate.constraints.free_text import CONTENT, FreeText
 from callgate.constraints.late_trigger import TriggerGuard, begun_prefix
 from callgate.constraints.processor import RowSpec, row_spec
 from callgate.constraints.walk import pack_bits
@@ -123,6 +124,11 @@ def test_a_trigger_that_could_not_close_in_time_is_held_back() -> None:
 
 
 GUARD = TriggerGuard(TEXT)  # one guard for every example: its kept rows are reused across tails
+BARE: dict[bytes, FreeText] = {}  # rules of the trigger alone (a guard keeps its rows per rules object)
+
+
+def bare(trigger: bytes) -> FreeText:
+    return BARE.setdefault(trigger, FreeText(trigger))
 
 
 @settings(max_examples=200, deadline=None)
@@ -132,14 +138,14 @@ def test_the_guard_bans_exactly_the_tokens_that_complete_the_trigger(tail: str, 
     if raw in data:
         return  # a row whose tail held the trigger would have started its grammar
     banned = {t for t, piece in TEXT.items() if raw in data + piece}
-    row = torch.from_numpy(GUARD.row(raw, data, 2)[0]).unsqueeze(0)
+    row = torch.from_numpy(GUARD.row(bare(raw), (CONTENT, data), 2, held=True)[0]).unsqueeze(0)
     assert set(allowed_matrix(row, 64)[0].nonzero().flatten().tolist()) == set(range(64)) - banned
 
 
 @pytest.mark.parametrize("trigger", ["<call>", "<c<call>", "abab", "[T]"])
 def test_marks_flag_exactly_the_tokens_that_can_begin_or_contain_the_trigger(trigger: str) -> None:
     raw = trigger.encode()
-    marks = GUARD.marks(raw)
+    marks = GUARD.marks(bare(raw))
     expected = {t for t, p in TEXT.items() if raw in p or any(p.endswith(raw[:m]) for m in range(1, len(raw)))}
     assert {t for t in range(len(marks)) if marks[t]} == expected
     assert expected and len(marks) == max(TEXT) + 1
@@ -162,7 +168,7 @@ def test_a_lazy_row_sees_its_trigger_exactly_where_the_text_holds_it(tokens: lis
             return
         assert row.guide is None and row.tail == begun_prefix(text, raw)
         banned = {t for t, piece in TEXT.items() if raw in text[-len(raw) :] + piece}
-        mask = torch.from_numpy(batch.guard.row(raw, row.tail, 2)[0]).unsqueeze(0)
+        mask = torch.from_numpy(batch.guard.row(row.rules, (row.phase, row.tail), 2, held=True)[0]).unsqueeze(0)
         assert set(allowed_matrix(mask, 64)[0].nonzero().flatten().tolist()) == set(range(64)) - banned
         out.append(token)
         text += TEXT[token]

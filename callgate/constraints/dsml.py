@@ -25,10 +25,16 @@ from callgate.formats import ToolCallFormat
 BAR = "\uff5c"
 
 
+def content_markers(fmt: ToolCallFormat) -> list[str]:
+    """What content may not hold (also a lazy row's text before its trigger, where the
+    trigger's own bar is the one allowed): think tags, and the bar of every DSML marker."""
+    return [*_think(fmt), BAR]
+
+
 def content(fmt: ToolCallFormat) -> str:
     """Text up to EOS or the call block (at least one character): no think tags, no DSML
     marker."""
-    return text_without(_think(fmt), banned=BAR, nonempty=True)
+    return text_without(content_markers(fmt), nonempty=True)
 
 
 def reasoning(fmt: ToolCallFormat) -> str:

@@ -12,11 +12,13 @@ optional block the model may open itself where the format reads one (hermes).
 Modes:
 * none             -- [reasoning] content; the call syntax cannot be produced.
 * auto (lazy)      -- `trigger` set; `regex` is the call block from the trigger on. Text
-                      before the trigger is free; once the trigger appears, the rest must be
-                      a complete block. Used where content may precede calls and the prompt
-                      opened no reasoning block (otherwise a trigger inside reasoning would
-                      force a call there). A reasoning block the model opens itself is free
-                      text here too: a trigger inside it is the one lazy-mode gap.
+                      before the trigger is outside the regex; once the trigger appears, the
+                      rest must be a complete block. Used where content may precede calls
+                      and the prompt opened no reasoning block (otherwise a trigger inside
+                      reasoning would force a call there). The processor holds the text
+                      before the trigger to `free_text`: the markers eager content excludes,
+                      and a leading reasoning block as eager auto spells it (the trigger is
+                      one of the markers it may not hold).
 * auto (eager)     -- [reasoning] content [calls]  (llama3-json: content | call).
 * required         -- [reasoning] calls (one or more; exactly one when not parallel).
 * named            -- [reasoning] exactly one call to that tool.
@@ -25,13 +27,15 @@ Modes:
 
 from __future__ import annotations
 
+import functools
 import importlib
 from dataclasses import dataclass
 from types import ModuleType
 
+from callgate.constraints.free_text import FreeText
 from callgate.constraints.json_schema import Context, schema_regex
 from callgate.constraints.request import GrammarRequest
-from callgate.formats import ToolCallFormat, get_format
+from callgate.formats import FORMATS, ToolCallFormat, get_format
 
 _FAMILY_MODULES = {
     "dsml": "callgate.constraints.dsml",
@@ -96,3 +100,23 @@ def _auto(fmt: ToolCallFormat, fam: ModuleType, req: GrammarRequest, prefix: str
     if not mixes:
         return Grammar(f"{prefix}(?:{content}|{calls})", None)
     return Grammar(f"{prefix}(?:{content}(?:{calls})?|{calls})", None)
+
+
+@functools.cache
+def free_text(format: str, trigger: bytes) -> FreeText:
+    """The rules of a lazy row's text before `trigger` in `format`: content may not hold
+    what the family's eager content grammar keeps out (`content_markers`); where the family
+    reads a reasoning block the model opens itself, the output may open one at its start,
+    holding none of `reasoning_markers`. A format that is unknown or not lazy with this
+    trigger gets the trigger alone (no other rule)."""
+    fmt = FORMATS.get(format)
+    if fmt is None or fmt.call_trigger.encode() != trigger or not getattr(family(fmt), "lazy_ok", lambda f: True)(fmt):
+        return FreeText(trigger)
+    fam = family(fmt)
+    content = [m.encode() for m in fam.content_markers(fmt)]
+    if not getattr(fam, "leading_reasoning", lambda f: "")(fmt):
+        return FreeText(trigger, content)
+    assert fmt.reasoning_open is not None and fmt.reasoning_close is not None
+    reasoning = [m.encode() for m in fam.reasoning_markers(fmt)]
+    opening, closing = fmt.reasoning_open.encode(), fmt.reasoning_close.encode()
+    return FreeText(trigger, content, opening=opening, closing=closing, reasoning=reasoning)

@@ -32,21 +32,33 @@ def _call_object(tool: ToolSpec, fmt: ToolCallFormat, extra: str = "") -> str:
     return rf"\{{{WS}{name}{WS},{WS}{arguments}{extra}{WS}\}}"
 
 
+def content_markers(fmt: ToolCallFormat) -> list[str]:
+    """What content may not hold (also a lazy row's text before its trigger): control
+    tokens, and in the single layout a call object."""
+    if fmt.markers["call_layout"] == "single":
+        return [*fmt.special_tokens, fmt.markers["call_in_text"]]
+    return list(fmt.special_tokens)
+
+
 def content(fmt: ToolCallFormat) -> str:
     """Free text the parser reads as content (at least one character): no control token,
     no call syntax."""
     if fmt.markers["call_layout"] == "single":
         # Output starting with <|python_tag|>, { or [ is a call; a call object later on
         # is text_before_call.
-        rest = text_without([*fmt.special_tokens, fmt.markers["call_in_text"]])
-        return rf"[^{{\[<]{rest}"
-    return text_without(fmt.special_tokens, nonempty=True)
+        return rf"[^{{\[<]{text_without(content_markers(fmt))}"
+    return text_without(content_markers(fmt), nonempty=True)
+
+
+def reasoning_markers(fmt: ToolCallFormat) -> list[str]:
+    """What a reasoning block may not hold before its close: control tokens."""
+    return list(fmt.special_tokens)
 
 
 def reasoning(fmt: ToolCallFormat) -> str:
     """The rest of a reasoning block the prompt opened, its close and the blank line after."""
     assert fmt.reasoning_close is not None
-    return text_without(fmt.special_tokens) + literal(fmt.reasoning_close) + "\n{0,2}"
+    return text_without(reasoning_markers(fmt)) + literal(fmt.reasoning_close) + "\n{0,2}"
 
 
 def leading_reasoning(fmt: ToolCallFormat) -> str:

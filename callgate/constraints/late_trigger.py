@@ -1,85 +1,157 @@
-"""Which tokens would complete a lazy grammar's trigger (to hold back a call that cannot close).
+"""Which tokens a lazy row may not write in its free text, as bitmask rows.
 
-Knows: token ids -> bytes (special tokens too, since a trigger may be one), and the tail of
-free text a lazy row keeps (at most len(trigger) - 1 bytes). Does not know: grammars,
+Knows: token ids -> bytes (special tokens too, since a trigger or a marker may be one), the
+EOS id, and a row's free-text state under its rules (free_text.py). Does not know: grammars,
 budgets, vLLM; processor.py decides when to use it.
 
-Before its trigger a lazy row is free text. When the tokens left can no longer hold a whole
-call (the trigger included) and EOS, the processor masks the tokens that would complete the
-trigger, so the model writes text instead of starting a call that would be cut. A token
-completes the trigger when its bytes contain it, or when they start with the rest of a
-trigger that a suffix of the tail began. The sets are found by scanning the vocabulary once
-per (trigger, suffix length) (~10 ms for 49k tokens) and kept.
+Before its trigger a lazy row is free text, which may not hold the markers its format keeps
+out of content (free_text.py). In each state the tokens that would break the rules are
+banned (EOS too, where the text may not end). When the tokens left can no longer hold a
+whole call (the trigger included) and EOS, the processor also holds the row back: the
+tokens that would start the call (complete the trigger, or write a marker only the trigger
+may hold) are banned too, so the model writes text instead of a call that would be cut.
 
-`marks(trigger)` serves the processor's free-text bookkeeping: a flag per token id, set where
-the token's bytes contain the trigger or end with a proper prefix of it. A row with no trigger
-prefix begun that samples an unflagged token still has none begun and no trigger, so it skips
+A token can only be banned by a pattern (marker, trigger, reasoning opener or closer) that
+it completes: one its bytes contain whole (the same for every state, found by one scan of
+the vocabulary per rules, ~15 ms for 49k tokens), or one the tail began (the tokens that
+start with its rest: a bisection of the sorted token bytes). Only those candidates are
+walked; in a pending state (free_text.py) the few tokens that carry the trigger on are the
+allowed ones. Verdicts and rows are kept per (rules, state), and rows are never freed, so
+an address stays valid.
+
+`marks(rules)` serves the processor's free-text bookkeeping: a flag per token id, set where
+the token's bytes contain a pattern or end with a proper prefix of one. A row with an empty
+tail that samples an unflagged token still has an empty tail and broke no rule, so it skips
 the token with one lookup (most free-text tokens).
 """
 
 from __future__ import annotations
 
+import re
+from bisect import bisect_left
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import numpy
 
+from callgate.constraints.free_text import CALL, FreeText, State
+from callgate.constraints.free_text import begun_prefix as begun_prefix
 from callgate.constraints.walk import pack_bits
 
 
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """The next tokens of one state. `allowed` set: only those (a pending state); else
+    `banned` are forbidden, and `starting` too when the row is held back."""
+
+    allowed: frozenset[int] | None
+    banned: frozenset[int]
+    starting: frozenset[int]
+    may_end: bool
+
+    @property
+    def bans(self) -> bool:
+        return self.allowed is not None or bool(self.banned) or not self.may_end
+
+
 class TriggerGuard:
-    """Bitmask rows that allow every token except those completing a trigger."""
+    """Bitmask rows (int32) that allow every token a lazy row's free text may take next."""
 
-    def __init__(self, pieces: Mapping[int, bytes]) -> None:
-        self.pieces = pieces
-        self.completing: dict[tuple[bytes, int], frozenset[int]] = {}
-        self.masks: dict[tuple[bytes, int, int], tuple[numpy.ndarray, int]] = {}
-        self._marks: dict[bytes, bytes] = {}
+    def __init__(self, pieces: Mapping[int, bytes], eos_token_id: int | None = None) -> None:
+        self.eos = eos_token_id
+        self.pieces = {i: data for i, data in pieces.items() if i != eos_token_id}
+        self.size = max(pieces, default=-1) + 1
+        ordered = sorted(self.pieces.items(), key=lambda item: item[1])
+        self._keys, self._ids = [data for _, data in ordered], [i for i, _ in ordered]
+        self._by_bytes: dict[bytes, list[int]] = {}
+        for i, data in self.pieces.items():
+            self._by_bytes.setdefault(data, []).append(i)
+        self._scans: dict[FreeText, tuple[bytes, frozenset[int]]] = {}
+        self.verdicts: dict[tuple[FreeText, State], Verdict] = {}
+        self.masks: dict[tuple[FreeText, State, bool, int], tuple[numpy.ndarray, int]] = {}
 
-    def marks(self, trigger: bytes) -> bytes:
-        """Per token id (ids past the end have no bytes): 1 where the token's bytes contain
-        `trigger` or end with a non-empty proper prefix of it, else 0. Kept per trigger."""
-        found = self._marks.get(trigger)
+    def marks(self, rules: FreeText) -> bytes:
+        """Per token id (ids past the end have no bytes): 1 where the token's bytes contain a
+        pattern of `rules` or end with a proper prefix of one, else 0. Kept per rules."""
+        return self._scan(rules)[0]
+
+    def verdict(self, rules: FreeText, state: State) -> Verdict:
+        """What may follow `state` (kept per rules and state)."""
+        found = self.verdicts.get((rules, state))
         if found is None:
-            flags = bytearray(max(self.pieces, default=-1) + 1)
-            first = trigger[:1]
-            for i, data in self.pieces.items():
-                if first in data and (trigger in data or begun_prefix(data, trigger)):
-                    flags[i] = 1
-            found = self._marks[trigger] = bytes(flags)
+            found = self.verdicts[(rules, state)] = self._judge(rules, state)
         return found
 
-    def row(self, trigger: bytes, tail: bytes, n_words: int) -> tuple[numpy.ndarray, int]:
-        """The allowed-bits row (int32) for a row whose free text ends with `tail`, and the
-        address of its first word. Kept per trigger, width and the longest trigger prefix the
-        tail ends with (which fixes every shorter one it ends with: each is a suffix of that
-        prefix); kept rows are never freed, so the address stays valid."""
-        longest = len(begun_prefix(tail, trigger))
-        slot = (trigger, longest, n_words)
+    def row(self, rules: FreeText, state: State, n_words: int, *, held: bool = False) -> tuple[numpy.ndarray, int]:
+        """The allowed-bits row for a row in `state`, and the address of its first word
+        (`held`: the tokens that would start a call are banned too, unless only the trigger
+        may follow)."""
+        slot = (rules, state, held, n_words)
         found = self.masks.get(slot)
         if found is None:
-            begun = [m for m in range(1, longest + 1) if tail.endswith(trigger[:m])]
-            banned = set(self._completing(trigger, 0)).union(*(self._completing(trigger, m) for m in begun))
-            row = (~pack_bits(sorted(i for i in banned if i < 32 * n_words), n_words)).numpy()
+            v = self.verdict(rules, state)
+            width = 32 * n_words
+            if v.allowed is not None:
+                row = pack_bits(sorted(i for i in v.allowed if i < width), n_words).numpy()
+            else:
+                banned = v.banned | v.starting if held else v.banned
+                if not v.may_end and self.eos is not None:
+                    banned = banned | {self.eos}
+                row = (~pack_bits(sorted(i for i in banned if i < width), n_words)).numpy()
             found = self.masks[slot] = (row, int(row.ctypes.data))
         return found
 
-    def _completing(self, trigger: bytes, begun: int) -> frozenset[int]:
-        """Tokens that complete `trigger` when its first `begun` bytes precede them."""
-        slot = (trigger, begun)
-        found = self.completing.get(slot)
-        if found is None:
-            rest = trigger[begun:]
-            if begun:
-                found = frozenset(i for i, data in self.pieces.items() if data.startswith(rest))
-            else:
-                found = frozenset(i for i, data in self.pieces.items() if rest in data)
-            self.completing[slot] = found
+    def _judge(self, rules: FreeText, state: State) -> Verdict:
+        pieces = self.pieces
+        candidates = self._candidates(rules, state[1])
+        if rules.pending(state):
+            allowed = frozenset(i for i in candidates if rules.step(state, pieces[i]) is not None)
+            return Verdict(allowed, frozenset(), frozenset(), False)
+        banned, starting = [], []
+        for i in candidates:
+            after = rules.step(state, pieces[i])
+            if after is None:
+                banned.append(i)
+            elif after[0] == CALL or rules.pending(after):
+                starting.append(i)
+        return Verdict(None, frozenset(banned), frozenset(starting), rules.may_end(state))
+
+    def _candidates(self, rules: FreeText, tail: bytes) -> set[int]:
+        """Every token that can complete a pattern after `tail` (or carry one on unfinished)."""
+        found = set(self._scan(rules)[1])
+        for k in range(1, len(tail) + 1):
+            begun = tail[-k:]
+            for pattern in rules.patterns:
+                if len(pattern) > k and pattern.startswith(begun):
+                    rest = pattern[k:]
+                    found.update(self._starting_with(rest))
+                    for j in range(1, len(rest)):
+                        found.update(self._by_bytes.get(rest[:j], ()))
         return found
 
+    def _starting_with(self, rest: bytes) -> list[int]:
+        keys, at = self._keys, bisect_left(self._keys, rest)
+        end = at
+        while end < len(keys) and keys[end].startswith(rest):
+            end += 1
+        return self._ids[at:end]
 
-def begun_prefix(text: bytes, trigger: bytes) -> bytes:
-    """The longest non-empty proper prefix of `trigger` that `text` ends with (b"" when none)."""
-    for m in range(min(len(trigger) - 1, len(text)), 0, -1):
-        if text.endswith(trigger[:m]):
-            return trigger[:m]
-    return b""
+    def _scan(self, rules: FreeText) -> tuple[bytes, frozenset[int]]:
+        """(the marks, the tokens that hold a whole pattern) of `rules`, kept."""
+        found = self._scans.get(rules)
+        if found is None:
+            whole = re.compile(b"|".join(re.escape(p) for p in rules.patterns))
+            first = re.compile(b"[" + b"".join(re.escape(p[:1]) for p in rules.patterns) + b"]")
+            prefixes = frozenset(p[:k] for p in rules.patterns for k in range(1, len(p)))
+            longest = max(len(p) for p in rules.patterns)
+            flags, holding = bytearray(self.size), []
+            for i, data in self.pieces.items():
+                if first.search(data) is None:
+                    continue
+                if whole.search(data) is not None:
+                    flags[i] = 1
+                    holding.append(i)
+                elif any(data[-k:] in prefixes for k in range(1, min(len(data), longest - 1) + 1)):
+                    flags[i] = 1
+            found = self._scans[rules] = (bytes(flags), frozenset(holding))
+        return found

@@ -3,9 +3,11 @@
 Knows: vLLM v1's logits-processor protocol by its method names (`__init__(vllm_config,
 device, is_pin_memory)`, `validate_params`, `is_argmax_invariant`, `update_state`,
 `apply`) and batch updates (removed, then added, then moved; each added request brings a
-*live* list of its output token ids); outlines-core's Guide; callgate.kernels. Does not
-know: formats, schemas, HTTP. `callgate.serving.vllm_engine.CallgateLogitsProcessor`
-mixes this class with vLLM's base class.
+*live* list of its output token ids); outlines-core's Guide; callgate.kernels; that a
+grammar key begins with its format's name. Does not know: formats (grammar.free_text
+turns that name into a lazy row's free-text rules), schemas, HTTP.
+`callgate.serving.vllm_engine.CallgateLogitsProcessor` mixes this class with vLLM's base
+class.
 
 A request is constrained when `SamplingParams.extra_args["callgate"]` holds
 `{"key": str, "regex": str, "trigger": str | None, "index_path": str | None, ...}` (a
@@ -17,7 +19,12 @@ compiled from the regex (blocking this step for 0.1-1 s) only when that file is 
 or corrupt.
 
 Lazy mode (`trigger` set): `regex` describes the text *from the trigger on* (see
-grammar.py). Until the generated text contains the trigger the row is unconstrained.
+grammar.py). Until the generated text contains the trigger the row is free text, held
+only to its format's free-text rules (grammar.free_text, found by the format name the
+grammar key begins with; a key naming no format gets the trigger alone): the markers the
+strict parser rejects in content (control tokens, stray call tags) are masked where a
+token would complete one (late_trigger.py; most free-text tokens are skipped with one
+byte lookup, and a row is masked in a step only where its state bans a token).
 Generated text is read as token bytes, special tokens included (a trigger may be one).
 When the trigger appears, a fresh guide walks the text from the trigger's first byte to
 the end of the latest token with ordinary vocabulary tokens (the Index is a DFA over
@@ -66,7 +73,9 @@ import torch
 
 from callgate.constraints.budget import BudgetCloser
 from callgate.constraints.cache import TokenVocabulary, get_index, token_vocabulary
-from callgate.constraints.late_trigger import TriggerGuard, begun_prefix
+from callgate.constraints.free_text import CALL, CONTENT, START, FreeText
+from callgate.constraints.grammar import free_text
+from callgate.constraints.late_trigger import TriggerGuard
 from callgate.constraints.step_log import StepLog
 from callgate.kernels import apply_token_bitmask, apply_token_bitmask_rows, backend_for
 from callgate.kernels import cpu as cpu_kernel
@@ -161,6 +170,7 @@ class Row:
     and the guide (None while a lazy row waits for its trigger)."""
 
     __slots__ = (
+        "banning",
         "call",
         "closing",
         "consumed",
@@ -171,17 +181,27 @@ class Row:
         "marks",
         "max_tokens",
         "output",
+        "phase",
+        "rules",
         "spec",
         "tables",
         "tail",
     )
 
     def __init__(
-        self, spec: RowSpec, index: Any, output: list[int], max_tokens: int | None = None, marks: bytes = b""
+        self,
+        spec: RowSpec,
+        index: Any,
+        output: list[int],
+        max_tokens: int | None = None,
+        rules: FreeText | None = None,
+        marks: bytes = b"",
     ) -> None:
         self.spec, self.index, self.output = spec, index, output
-        # a lazy row's TriggerGuard.marks: tokens that may begin or contain its trigger
-        # (without them, every free-text token is looked at)
+        # a lazy row's free-text rules (the trigger alone by default), and their
+        # TriggerGuard.marks: tokens that may begin or contain a pattern (without them,
+        # every free-text token is looked at)
+        self.rules = rules if rules is not None or spec.trigger is None else FreeText(spec.trigger)
         self.marks = marks
         self.consumed = 0
         self.failed = False
@@ -193,11 +213,15 @@ class Row:
         # output length from which the processor asks whether to hold the trigger back
         # (set by the processor for a lazy row that closes; never for the others)
         self.hold_at = NEVER
-        self.tail = b""  # the trigger's longest proper prefix the free text ends with
+        # the free-text state (free_text.py): phase, and the longest proper prefix of a
+        # pattern the text ends with; `banning`: the guard bans some token in this state
+        self.phase, self.tail = self.rules.start() if self.rules is not None else (CONTENT, b"")
+        self.banning = False
         self.guide: Any = None if spec.trigger is not None else outlines_core.Guide(index)
 
-    def catch_up(self, table: TokenTable) -> bool:
-        """Feed the tokens sampled since the last step; True when the row is to be masked.
+    def catch_up(self, table: TokenTable, guard: TriggerGuard | None = None) -> bool:
+        """Feed the tokens sampled since the last step; True when the row's guide masks it
+        (a lazy row in free text is masked by its guard where `banning`).
 
         Stops at -1: with async scheduling vLLM appends placeholders that it fills in
         just before sampling, so they are real by the next call."""
@@ -207,14 +231,17 @@ class Row:
                 return False
             marks = self.marks
             if marks and not self.tail:
-                # free text with no trigger prefix begun: a token unmarked for the trigger
-                # leaves it so (one lookup per token: the common case of a lazy row)
+                # free text with no pattern begun: an unmarked token leaves it so (one
+                # lookup per token: the common case of a lazy row)
                 consumed, end, n_marks = self.consumed, len(output), len(marks)
                 while consumed < end:
                     token = output[consumed]
                     if token < 0 or (token < n_marks and marks[token]):
                         break
                     consumed += 1
+                if consumed > self.consumed and self.phase == START:
+                    self.phase = CONTENT  # text that opened no reasoning block is content
+                    self.judge(guard)
                 self.consumed = consumed
                 if consumed == end:
                     return False
@@ -223,16 +250,17 @@ class Row:
             if token < 0:
                 break
             self.consumed += 1
-            self._feed(token, table)
+            self._feed(token, table, guard)
         return self.guide is not None and not self.failed
 
     def remaining(self) -> int | None:
         """Tokens left to sample, this step's included; None when budget closing is off."""
         return self.max_tokens - len(self.output) if self.closing and self.max_tokens is not None else None
 
-    def _feed(self, token: int, table: TokenTable) -> None:
+    def _feed(self, token: int, table: TokenTable, guard: TriggerGuard | None) -> None:
         if self.guide is None:
-            self._look_for_trigger(table.pieces.get(token, b""), table)
+            if token != table.vocabulary.eos_token_id:  # EOS ends the output: nothing to read
+                self._free_text(table.pieces.get(token, b""), table, guard)
         elif token == table.vocabulary.eos_token_id and self.guide.is_finished():
             return
         else:
@@ -241,20 +269,30 @@ class Row:
             except ValueError:
                 self._fail(f"token {token} not allowed by the grammar")
 
-    def _look_for_trigger(self, piece: bytes, table: TokenTable) -> None:
-        trigger = self.spec.trigger
-        assert trigger is not None
-        text = self.tail + piece
-        at = text.find(trigger)
-        if at < 0:
-            self.tail = begun_prefix(text, trigger)
+    def _free_text(self, piece: bytes, table: TokenTable, guard: TriggerGuard | None) -> None:
+        rules = self.rules
+        assert rules is not None
+        after = rules.step((self.phase, self.tail), piece)
+        if after is None:  # only where the guard's mask was not applied (or a replayed output)
+            self._fail(f"free text breaks the format's rules at {piece!r}")
             return
+        self.phase, self.tail = after
+        if after[0] != CALL:
+            self.judge(guard)
+            return
+        self.banning = False
         self.guide = outlines_core.Guide(self.index)
-        if not walk_text(self.guide, self.index, text[at:], table):
-            self._fail(f"text after the trigger is outside the grammar: {text[at:]!r}")
+        if not walk_text(self.guide, self.index, after[1], table):
+            self._fail(f"text after the trigger is outside the grammar: {after[1]!r}")
+
+    def judge(self, guard: TriggerGuard | None) -> None:
+        """Set `banning` for the current free-text state (False without a guard)."""
+        assert self.rules is not None
+        self.banning = guard is not None and guard.verdict(self.rules, (self.phase, self.tail)).bans
 
     def _fail(self, why: str) -> None:
         self.failed = True
+        self.banning = False
         log.warning("constraint %s: %s; the row is unconstrained from here", self.spec.key[:16], why)
 
 
@@ -398,7 +436,7 @@ class ConstrainedBatch:
         self.timings = MaskTimings()
         self.masks = StateMasks()
         self.closer = BudgetCloser(self.tokens.by_bytes, self.tokens.vocabulary.eos_token_id)
-        self.guard = TriggerGuard(self.tokens.pieces)
+        self.guard = TriggerGuard(self.tokens.pieces, self.tokens.vocabulary.eos_token_id)
         self.step_log = StepLog.from_environment()
         self.budget_ns = 0
         self.masked = 0  # rows the last apply masked (its time is recorded per masked row)
@@ -453,9 +491,14 @@ class ConstrainedBatch:
                 return None
             index = get_index(spec.key, spec.regex, self.tokens.vocabulary, spec.index_path)
             max_tokens = getattr(params, "max_tokens", None)
-            marks = self.guard.marks(spec.trigger) if spec.trigger is not None else b""
-            row = Row(spec, index, output_ids, max_tokens if isinstance(max_tokens, int) else None, marks)
-            if spec.trigger is not None and row.closing and row.max_tokens is not None:
+            budget = max_tokens if isinstance(max_tokens, int) else None
+            if spec.trigger is None:
+                return Row(spec, index, output_ids, budget)
+            # keys begin with the format's name (request.py); quick heads and tests' keys name none
+            rules = free_text(spec.key.partition(":")[0], spec.trigger)
+            row = Row(spec, index, output_ids, budget, rules, self.guard.marks(rules))
+            row.judge(self.guard)
+            if row.closing and row.max_tokens is not None:
                 row.hold_at = row.max_tokens - self.closer.bound  # from here on its tokens left are counted
             return row
         except ValueError as exc:
@@ -476,13 +519,13 @@ class ConstrainedBatch:
             return logits
         start = time.perf_counter_ns()
         n_rows = logits.shape[0]
-        tokens, active, held = self.tokens, [], []
+        tokens, guard, active, held = self.tokens, self.guard, [], []
         for i, row in self.rows.items():
             if i < n_rows:
-                if row.catch_up(tokens):
+                if row.catch_up(tokens, guard):
                     active.append(i)
-                elif len(row.output) >= row.hold_at and self._holds_back_trigger(row):
-                    held.append(i)
+                elif row.banning or (len(row.output) >= row.hold_at and self._holds_back_trigger(row)):
+                    held.append(i)  # free text whose state bans a token, or held back from its trigger
         if active or held:
             lane = self.pointer_lane.get(logits.dtype) if self.pointer_lane is not None else None
             if lane is not None and logits.is_cpu and logits.dim() == 2 and logits.stride(1) == 1:
@@ -533,12 +576,12 @@ class ConstrainedBatch:
 
     def _row_mask(self, row: Row, n_words: int) -> tuple[numpy.ndarray, int]:
         """A masked row's int32 mask and its address: its grammar state's (narrowed by
-        budget closing in its last tokens), or, for a lazy row held back from its trigger,
-        every token but those completing it."""
+        budget closing in its last tokens), or, for a lazy row in free text, every token
+        its rules allow next (held back from its trigger: none that would start a call)."""
         if row.guide is None:
-            trigger = row.spec.trigger
-            assert trigger is not None  # only lazy rows are held
-            return self.guard.row(trigger, row.tail, n_words)
+            assert row.rules is not None  # only lazy rows are masked without a guide
+            held = len(row.output) >= row.hold_at and self._holds_back_trigger(row)
+            return self.guard.row(row.rules, (row.phase, row.tail), n_words, held=held)
         mask, address = self.masks.row(row.spec.key, row.guide, n_words)
         remaining = row.remaining()
         if remaining is not None and remaining <= self.closer.bound:

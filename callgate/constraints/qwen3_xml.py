@@ -31,12 +31,17 @@ def _value_markers(fmt: ToolCallFormat) -> list[str]:
     return [m["parameter_close"], m["parameter_open"], m["function_close"], m["call_open"], m["call_close"]]
 
 
+def content_markers(fmt: ToolCallFormat) -> list[str]:
+    """What content may not hold (also a lazy row's text before its trigger): control
+    tokens and stray call tags."""
+    m = fmt.markers
+    return [*fmt.special_tokens, m["function_open"], m["function_close"], m["parameter_open"], m["parameter_close"]]
+
+
 def content(fmt: ToolCallFormat) -> str:
     """Text before the first call (at least one character): no control token and no stray
     call tag."""
-    m = fmt.markers
-    tags = [m["function_open"], m["function_close"], m["parameter_open"], m["parameter_close"]]
-    return text_without([*fmt.special_tokens, *tags], nonempty=True)
+    return text_without(content_markers(fmt), nonempty=True)
 
 
 def reasoning(fmt: ToolCallFormat) -> str:
