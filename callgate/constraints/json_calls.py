@@ -2,15 +2,16 @@
 
 Knows: how each JSON-call format frames a call (golden/{hermes,llama3-json,mistral}/
 FORMAT.md), spelled with the markers of callgate.formats; arguments come from each tool's
-parameter schema via json_schema. Does not know: tool_choice (callers pick the tools and
-the number of calls) or vocabularies.
+parameter schema via json_schema, narrowed to objects (arguments are always one, also for
+`parameters: {}`). Does not know: tool_choice (callers pick the tools and the number of
+calls) or vocabularies.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from callgate.constraints.json_schema import WS, Context, const_regex, schema_regex
+from callgate.constraints.json_schema import WS, Context, const_regex, object_regex
 from callgate.constraints.request import ToolSpec
 from callgate.constraints.text import alternation, literal, text_without
 from callgate.formats import ToolCallFormat
@@ -18,7 +19,7 @@ from callgate.formats import ToolCallFormat
 
 def _arguments(tool: ToolSpec) -> str:
     schema = tool.parameters
-    return schema_regex(schema, Context(root=schema), f"tools/{tool.name}/parameters")
+    return object_regex(schema, Context(root=schema), f"tools/{tool.name}/parameters")
 
 
 def _key(name: str) -> str:

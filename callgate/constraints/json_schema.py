@@ -116,6 +116,50 @@ def schema_regex(schema: Any, ctx: Context | None = None, path: str = "") -> str
     return rx
 
 
+def object_regex(schema: Any, ctx: Context | None = None, path: str = "") -> str:
+    """Regex of the JSON objects valid under `schema`: what function arguments may be.
+
+    Arguments are always an object, whatever else the schema admits: an empty schema,
+    `true` or one without `type` means any object (keywords of other types do not apply
+    to an object). Raises SchemaTooComplexError as `schema_regex` does, or when the schema
+    admits no object.
+    """
+    ctx = ctx or Context(root=schema if isinstance(schema, Mapping) else {})
+    rx = _regex(_objects_only(schema, ctx, path, ctx.ref_depth), ctx, path)
+    if rx is None:
+        where = path or "/"
+        raise SchemaTooComplexError(
+            f"schema at {where} admits no JSON object; arguments are always one", param=path or None
+        )
+    return rx
+
+
+def _objects_only(schema: Any, ctx: Context, path: str, ref_depth: int) -> Any:
+    """`schema` narrowed to its object values (False: it has none). Looks through a leading
+    `$ref` and into the branches of `anyOf`/`oneOf`/`allOf`; below that `_regex` decides."""
+    if schema is True:
+        return {"type": "object"}
+    if not isinstance(schema, Mapping):
+        return schema
+    _check_keywords(schema, path)
+    if "$ref" in schema:
+        target = _ref_target(schema["$ref"], ctx, path)
+        return _objects_only(target, ctx, f"{path}/$ref", ref_depth - 1) if ref_depth > 0 else False
+    for key in ("anyOf", "oneOf", "allOf"):
+        if isinstance(schema.get(key), list):
+            narrowed = [_objects_only(b, ctx, f"{path}/{key}/{i}", ref_depth) for i, b in enumerate(schema[key])]
+            kept = narrowed if key == "allOf" else [b for b in narrowed if b is not False]
+            return {**schema, key: kept} if kept else False
+    if "const" in schema:
+        return schema if isinstance(schema["const"], Mapping) else False
+    if isinstance(schema.get("enum"), list):
+        objects = [v for v in schema["enum"] if isinstance(v, Mapping)]
+        return {**schema, "enum": objects} if objects else False
+    if "type" in schema and "object" not in declared_types(schema, path):
+        return False
+    return {**schema, "type": "object"}
+
+
 def _regex(schema: Any, ctx: Context, path: str) -> str | None:
     """None: no value can be produced (a `false` schema, or a recursion cut off)."""
     if schema is True or schema == {}:
@@ -267,9 +311,13 @@ def _check_disjoint(branches: Sequence[Any], path: str) -> None:
 
 
 def _ref(schema: Mapping[str, Any], ctx: Context, path: str) -> str | None:
-    ref = schema["$ref"]
     if ctx.ref_depth <= 0:
         return None
+    inner = Context(ctx.root, ctx.generic_depth, ctx.ref_depth - 1)
+    return _regex(_ref_target(schema["$ref"], ctx, path), inner, f"{path}/$ref")
+
+
+def _ref_target(ref: Any, ctx: Context, path: str) -> Any:
     if not isinstance(ref, str) or not ref.startswith("#"):
         raise _too_complex(path, "$ref", "to a remote document is not supported")
     target: Any = ctx.root
@@ -278,8 +326,7 @@ def _ref(schema: Mapping[str, Any], ctx: Context, path: str) -> str | None:
         if not isinstance(target, Mapping) or part not in target:
             raise _too_complex(path, "$ref", f"{ref!r} does not resolve")
         target = target[part]
-    inner = Context(ctx.root, ctx.generic_depth, ctx.ref_depth - 1)
-    return _regex(target, inner, f"{path}/$ref")
+    return target
 
 
 def _array(schema: Mapping[str, Any], ctx: Context, path: str) -> str | None:

@@ -15,7 +15,7 @@ from typing import Any, Literal
 from callgate.errors import InvalidRequestError
 
 Mode = Literal["none", "auto", "required", "named", "response_format"]
-GRAMMAR_VERSION = 1
+GRAMMAR_VERSION = 2  # 2: JSON-call arguments admit only objects (`parameters: {}` allowed any value)
 
 
 @dataclass(frozen=True, slots=True)

@@ -70,6 +70,7 @@ from callgate.serving.protocol import (
 )
 from callgate.serving.quick import Conversation, QuickBeside, QuickConfig, QuickService
 from callgate.serving.settings import Settings
+from callgate.serving.stop_filter import StopFilter
 from callgate.types import DiagnosticEvent, Event, ParseResult, ReasoningDelta, TextDelta, arguments_json
 
 log = logging.getLogger("callgate.chat")
@@ -292,7 +293,10 @@ class ChatService:
         fmt = self.settings.format
         parser = parsers.stream_parser(fmt, parser_tools(req), thinking=req.thinking, call_ids=call_id_factory(fmt))
         request_id = f"{turn.completion_id}-{rnd.index}"
-        sampling = SamplingParams(prompt.max_tokens, req.temperature, req.top_p, req.seed, req.stop)
+        # Where calls may be written, stop strings end only the text outside them (stop_filter.py).
+        stops = StopFilter(req.stop) if req.stop and req.tools and req.tool_choice != "none" else None
+        engine_stop = () if stops is not None else req.stop
+        sampling = SamplingParams(prompt.max_tokens, req.temperature, req.top_p, req.seed, engine_stop)
         stream = self.engine.generate(
             GenerationRequest(request_id, prompt.text, sampling, turn.constraint, prompt.spans)
         )
@@ -316,14 +320,17 @@ class ChatService:
                     rnd.finish_reason = delta.finish_reason
                     finished = True
                 events = parser.feed(delta.text)
+                if stops is not None:
+                    events = stops.feed(events)
                 if events:
                     yield events
+                if stops is not None and stops.stopped:
+                    break
             if turn.constraint is not None and turn.usage.completion - base[1] >= prompt.max_tokens:
                 # Budget closing (constraints/budget.py) ends a call it had to cut short with
                 # EOS at exactly max_tokens: the engine says "stop", but the output was cut.
                 rnd.finish_reason = "length"
-            tail = parser.finish()
-            rnd.result = parser.result()
+            tail = _finish_parse(parser, stops, rnd)
             if tail:
                 yield tail
         finally:
@@ -547,6 +554,20 @@ class ChatService:
 async def _close(stream: AsyncIterator[Any]) -> None:
     if isinstance(stream, AsyncGenerator):
         await stream.aclose()
+
+
+def _finish_parse(parser: parsers.StreamParser, stops: StopFilter | None, rnd: _Round) -> list[Event]:
+    """The last events of a generation; fills `rnd.result`. Output ended by a stop string
+    is the output up to it: the parser is not finished (the rest was never generated)."""
+    if stops is None:
+        tail = parser.finish()
+        rnd.result = parser.result()
+        return tail
+    tail = stops.finish([] if stops.stopped else parser.finish())
+    if stops.stopped:
+        rnd.finish_reason = "stop"
+    rnd.result = stops.result() if stops.stopped else parser.result()
+    return tail
 
 
 def _visible_deltas(batch: list[Event]) -> list[dict[str, Any]]:
