@@ -120,6 +120,25 @@ def test_urls_of_the_last_user_message_in_order_without_trailing_punctuation() -
 
 
 @pytest.mark.parametrize(
+    ("content", "urls"),
+    [
+        (
+            "Read https://en.wikipedia.org/wiki/Python_(programming_language) please.",
+            ("https://en.wikipedia.org/wiki/Python_(programming_language)",),
+        ),
+        ("(see https://a.test/x).", ("https://a.test/x",)),
+        ("see https://a.test/x.", ("https://a.test/x",)),
+        ("[http://x.com/a_(b)] and {https://q.test/{k}}", ("http://x.com/a_(b)", "https://q.test/{k}")),
+        ("http://x.com/a_(b)) or https://a.test/x?!", ("http://x.com/a_(b)", "https://a.test/x")),
+        ("Also HTTPS://EXAMPLE.COM/A and Http://b.test/C", ("HTTPS://EXAMPLE.COM/A", "Http://b.test/C")),
+        ("nothing after https://. or http://)", ()),
+    ],
+)
+def test_urls_keep_balanced_brackets_and_any_scheme_case(content: str, urls: tuple[str, ...]) -> None:
+    assert urls_in([{"role": "user", "content": content}]) == urls
+
+
+@pytest.mark.parametrize(
     ("task", "good", "bad"),
     [
         ("action", ["search", "Search", "answer", "Answer"], ["maybe", "search.", "SEARCH", ""]),

@@ -81,8 +81,9 @@ DEFAULT_LABELS: Mapping[str, tuple[str, ...]] = MappingProxyType(
     }
 )
 MAX_QUERIES = 8
-_URL = re.compile(r"https?://[^\s<>\"'`]+")
-_URL_TRAILER = ".,;:!?)]}>"
+_URL = re.compile(r"https?://[^\s<>\"'`]+", re.IGNORECASE)  # URL schemes are case-insensitive
+_URL_TRAILER = ".,;:!?"  # sentence punctuation after a URL, not part of it
+_URL_CLOSERS = {")": "(", "]": "[", "}": "{"}  # part of the URL when balanced: wiki/Python_(language)
 
 
 # ---- tasks, prompts, grammars --------------------------------------------------------------
@@ -101,12 +102,29 @@ def check_tasks(fmt: str, tasks: Sequence[str], param: str = "tasks") -> tuple[s
 
 
 def urls_in(messages: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:
-    """The distinct URLs of the last user message, in order (trailing punctuation dropped)."""
+    """The distinct URLs of the last user message, in order, spelled as in the message;
+    trailing sentence punctuation and unbalanced closing brackets are not part of a URL."""
     for m in reversed(messages):
         if m.get("role") == "user":
-            found = (u.rstrip(_URL_TRAILER) for u in _URL.findall(_text(m.get("content"))))
-            return tuple(dict.fromkeys(u for u in found if u))
+            found = (_trim_url(u) for u in _URL.findall(_text(m.get("content"))))
+            return tuple(dict.fromkeys(u for u in found if _URL.fullmatch(u)))
     return ()
+
+
+def _trim_url(url: str) -> str:
+    """`url` without what follows it in prose: "(see https://a.test/x)." -> https://a.test/x.
+    Linear in the URL's length (a message may hold a megabyte-long one)."""
+    closers = {c: url.count(c) for c in _URL_CLOSERS}
+    openers = {c: url.count(o) for c, o in _URL_CLOSERS.items()}
+    end = len(url)
+    while end:
+        last = url[end - 1]
+        if last in closers and openers[last] < closers[last]:
+            closers[last] -= 1
+        elif last not in _URL_TRAILER:
+            break
+        end -= 1
+    return url[:end]
 
 
 def _text(content: Any) -> str:
