@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import pickle
+import threading
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 
+from callgate.errors import InvalidRequestError
 from callgate.serving import vllm_engine
-from callgate.serving.engine import EngineConfig, TokenDelta
+from callgate.serving.engine import EngineConfig, GenerationRequest, SamplingParams, TokenDelta
+from callgate.serving.fake_engine import FakeTokenizer
 
 
 @dataclass
@@ -145,3 +148,42 @@ def test_logits_processor_adapter_is_a_vllm_processor_and_pickles_by_name() -> N
 def test_unknown_module_attribute_raises() -> None:
     with pytest.raises(AttributeError):
         vllm_engine.NoSuchThing  # noqa: B018
+
+
+class CountingTokenizer(FakeTokenizer):
+    """Records each tokenised text's length and whether it ran on the main (event-loop) thread."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.encoded: list[tuple[int, bool]] = []
+
+    def encode(self, text: str, untrusted_spans: tuple[tuple[int, int], ...] = ()) -> list[int]:
+        self.encoded.append((len(text), threading.current_thread() is threading.main_thread()))
+        return super().encode(text, untrusted_spans)
+
+
+@dataclass
+class FakeLLM:
+    prompts: list[Any] = field(default_factory=list)
+
+    def generate(self, prompt: Any, params: Any, request_id: str) -> AsyncGenerator[FakeRequestOutput, None]:
+        self.prompts.append(prompt)
+        return FakeStream([FakeRequestOutput([FakeCompletion("x", [1], "stop")], finished=True)]).run()
+
+
+async def test_prompt_refused_by_its_length_untokenised_and_tokenised_off_the_loop() -> None:
+    """Quick heads reach the engine with no context check of their own."""
+    pytest.importorskip("vllm")
+    tok, llm = CountingTokenizer(), FakeLLM()
+    engine = vllm_engine.VllmEngine(llm, tok, EngineConfig(model="/m", served_model_name="m", max_model_len=64))
+    most = 63 * max(len(s) for s in tok.specials)  # the most text 63 of the fake's tokens can hold
+    with pytest.raises(InvalidRequestError) as info:
+        [d async for d in engine.generate(GenerationRequest("a", "x" * (most + 1), SamplingParams(4)))]
+    assert (info.value.code, info.value.param) == ("context_length_exceeded", "messages")
+    assert tok.encoded == [] and llm.prompts == []
+    out = [d async for d in engine.generate(GenerationRequest("b", "x" * 10, SamplingParams(4)))]
+    assert [d.text for d in out] == ["x"] and tok.encoded == [(10, False)]
+    with pytest.raises(InvalidRequestError) as info:  # under the length bound, over the context by its count
+        [d async for d in engine.generate(GenerationRequest("c", "x" * 64, SamplingParams(4)))]
+    assert (info.value.code, info.value.param) == ("context_length_exceeded", "messages")
+    assert tok.encoded[-1] == (64, False) and len(llm.prompts) == 1

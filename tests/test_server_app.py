@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
+import threading
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -15,7 +17,7 @@ from jsonschema import Draft202012Validator
 
 from callgate.errors import EngineError, ValidatorUnavailableError
 from callgate.serving.app import create_app
-from callgate.serving.fake_engine import FakeEngine, FakeReply
+from callgate.serving.fake_engine import FakeEngine, FakeReply, FakeTokenizer
 from callgate.serving.settings import Limits, Settings
 
 MODEL = "fake-model"
@@ -343,6 +345,36 @@ async def test_prompt_longer_than_the_context_is_400(make_harness: Any) -> None:
     assert h.engine.requests == []
 
 
+class CountingTokenizer(FakeTokenizer):
+    """Records, for every text it tokenises, its length and whether it ran on the main thread
+    (the event loop's)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.encoded: list[tuple[int, bool]] = []
+
+    def encode(self, text: str, untrusted_spans: tuple[tuple[int, int], ...] = ()) -> list[int]:
+        self.encoded.append((len(text), threading.current_thread() is threading.main_thread()))
+        return super().encode(text, untrusted_spans)
+
+
+async def test_prompt_too_long_by_its_length_alone_is_refused_untokenised(make_harness: Any) -> None:
+    tok = CountingTokenizer()
+    h = make_harness(["ok"], max_model_len=64, tokenizer=tok)
+    assert (await h.post({"messages": [{"role": "user", "content": "x"}], "max_tokens": 1})).status_code == 200
+    structure = tok.encoded[0][0] - 1  # the rendered prompt around the content
+    most = 63 * max(len(s) for s in tok.specials)  # the most text 63 of the fake's tokens can hold
+    tok.encoded.clear()
+    over = await h.post({"messages": [{"role": "user", "content": "x" * (most + 1 - structure)}]})
+    assert over.status_code == 400 and over.json()["error"]["code"] == "context_length_exceeded"
+    assert "at least 64 tokens" in over.json()["error"]["message"] and tok.encoded == []
+    under = await h.post({"messages": [{"role": "user", "content": "x" * (most - structure)}]})
+    assert under.status_code == 400 and under.json()["error"]["code"] == "context_length_exceeded"
+    assert re.search(r"the prompt is \d+ tokens", under.json()["error"]["message"])  # its real count
+    assert tok.encoded == [(most, False)]  # tokenised, and off the event loop
+    assert len(h.engine.requests) == 1  # only the first reached the engine
+
+
 async def test_api_key_guards_every_route_but_health(make_harness: Any) -> None:
     h = make_harness(["ok"], settings=make_settings(api_key="s3cret"))
     assert (await h.client.get("/health")).status_code == 200
@@ -380,6 +412,21 @@ async def test_models_health_and_metrics(make_harness: Any) -> None:
     assert "callgate_completion_tokens_total" in text and "callgate_queue_depth 0.0" in text
     assert "callgate_engine_running 0.0" in text
     assert 'callgate_parse_diagnostics_total{code="' in text
+
+
+async def test_metrics_label_every_route_and_only_known_ones(make_harness: Any) -> None:
+    h = make_harness(respond=lambda req: "Title")
+    quick = {"messages": ASK, "tasks": ["title"]}
+    assert (await h.client.post("/v1/quick", json=quick)).status_code == 200
+    assert (await h.client.get(f"/v1/models/{MODEL}")).status_code == 200
+    assert (await h.client.get("/v1/models/unknown")).status_code == 404
+    assert (await h.client.get("/nowhere/at/all")).status_code == 404
+    text = (await h.client.get("/metrics")).text
+    assert 'callgate_requests_total{route="/v1/quick",status="200"} 1.0' in text
+    assert 'callgate_requests_total{route="/v1/models/{model}",status="200"} 1.0' in text
+    assert 'callgate_requests_total{route="/v1/models/{model}",status="404"} 1.0' in text
+    assert 'callgate_requests_total{route="other",status="404"} 1.0' in text
+    assert 'route="other",status="200"' not in text
 
 
 # ---- reasoning, constraints, default validator ------------------------------------------------

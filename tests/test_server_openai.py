@@ -174,6 +174,25 @@ def test_api_key(serve: Callable[..., Server]) -> None:
     assert ok.choices[0].message.content == "ok"
 
 
+@pytest.mark.parametrize("name", [MODEL, "org/fake-model"])
+def test_models_retrieve_answers_the_served_model_only(serve: Callable[..., Server], name: str) -> None:
+    server = serve(respond=lambda req: "ok", api_key="k-123", served_model_name=name)
+    client = server.client("k-123")
+    got = client.models.retrieve(name)
+    assert (got.id, got.object, got.owned_by) == (name, "model", "callgate")
+    assert got.model_dump() == client.models.list().data[0].model_dump()
+    with pytest.raises(openai.NotFoundError) as info:
+        client.models.retrieve("other-model")
+    assert info.value.body == {
+        "message": "model: 'other-model' is not served here",
+        "type": "invalid_request_error",
+        "param": "model",
+        "code": "model_not_found",
+    }
+    with pytest.raises(openai.AuthenticationError):
+        server.client("wrong").models.retrieve(name)
+
+
 def test_concurrent_requests_and_queue_limit(serve: Callable[..., Server]) -> None:
     def respond(req: GenerationRequest) -> FakeReply:
         number = re.search(r"request number (\d+)", req.prompt)

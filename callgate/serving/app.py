@@ -152,6 +152,12 @@ def _error(exc: CallgateError) -> JSONResponse:
     return JSONResponse(exc.to_body(), status_code=exc.status)
 
 
+_ROUTE_LABELS = frozenset({"/v1/chat/completions", "/v1/quick", "/v1/models", "/health", "/metrics"})
+
+
 def _route_label(path: str) -> str:
-    known = ("/v1/chat/completions", "/v1/models", "/health", "/metrics")
-    return path if path in known else "other"
+    """The metrics label of `path`: a route of the app, else "other" (a closed set, so unknown
+    paths cannot grow the series without bound)."""
+    if path in _ROUTE_LABELS:
+        return path
+    return "/v1/models/{model}" if path.startswith("/v1/models/") else "other"

@@ -345,7 +345,8 @@ class ChatService:
     async def _prompt(self, turn: _Turn) -> Prompt:
         """The prompt of the turn's current messages (built once per round)."""
         if turn.prompt is None or turn.prompt.messages != len(turn.messages):
-            turn.prompt = build_prompt(
+            turn.prompt = await anyio.to_thread.run_sync(  # tokenising is CPU work: off the event loop
+                build_prompt,
                 self.settings.format,
                 turn.req,
                 turn.messages,

@@ -87,6 +87,11 @@ class Tokenizer(Protocol):
         """Token ids of `text`, no BOS/EOS added; special-token text inside the spans stays text."""
         ...
 
+    def min_tokens(self, text: str) -> int:
+        """A lower bound on `len(encode(text, spans))` for any spans, found without tokenising
+        (cheap on megabytes); never more than the real count, 0 when no bound is known."""
+        ...
+
     def decode(self, ids: list[int]) -> str: ...
 
     def vocabulary(self) -> dict[bytes, list[int]]:

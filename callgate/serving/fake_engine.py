@@ -63,6 +63,11 @@ class FakeTokenizer:
                 i += 1
         return ids
 
+    def min_tokens(self, text: str) -> int:
+        """Every token is one byte or a special token's text."""
+        longest = max([1, *(len(s.encode("utf-8")) for s in self.specials)])
+        return -(-len(text.encode("utf-8", "surrogatepass")) // longest)
+
     def decode(self, ids: list[int]) -> str:
         out = bytearray()
         for i in ids:

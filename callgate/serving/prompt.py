@@ -39,13 +39,23 @@ def build_prompt(
     context_tokens: int,
     default_max_tokens: int,
 ) -> Prompt:
-    """Render `messages` for `req`, count them and pick max_tokens; 400 when they cannot fit."""
+    """Render `messages` for `req`, count them and pick max_tokens; 400 when they cannot fit.
+
+    A prompt too long to fit by its length alone is refused before it is tokenised (seconds
+    for megabytes). Tokenising can still take a while: call this off the event loop."""
     tools = None if req.tool_choice == "none" else req.tools
 
     def render(msgs: Sequence[Mapping[str, Any]]) -> str:
         return templates.render(fmt, msgs, tools, thinking=req.thinking, reasoning_effort=req.reasoning_effort)
 
     text = render(messages)
+    at_least = tokenizer.min_tokens(text)
+    if at_least >= context_tokens:
+        raise InvalidRequestError(
+            f"messages: the prompt is at least {at_least} tokens; the model's context is {context_tokens} tokens",
+            param="messages",
+            code="context_length_exceeded",
+        )
     spans = untrusted_spans(render, messages, text)
     n = len(tokenizer.encode(text, spans))
     if n >= context_tokens:

@@ -1,4 +1,4 @@
-"""HTTP routes: /v1/chat/completions, /v1/quick, /v1/models, /health, /metrics.
+"""HTTP routes: /v1/chat/completions, /v1/quick, /v1/models[/{model}], /health, /metrics.
 
 Knows: how a route reads its body (bounded), which service call answers it, how a
 non-streaming request is cancelled when its client disconnects, and how a stream is
@@ -43,8 +43,7 @@ def build_router(service: ChatService, metrics: Metrics) -> APIRouter:
     async def chat_completions(request: Request) -> Response:
         body = await _read_body(request, settings.limits.max_body_bytes)
         req = parse_chat_request(body, settings.limits)
-        if req.model is not None and req.model != settings.model_name:
-            raise NotFoundError(f"model: {req.model!r} is not served here", param="model", code="model_not_found")
+        _check_served(req.model, settings.model_name)
         turn = await service.start(req)
         if req.stream:
             return StreamingResponse(
@@ -65,8 +64,7 @@ def build_router(service: ChatService, metrics: Metrics) -> APIRouter:
     async def quick(request: Request) -> Response:
         body = await _read_body(request, settings.limits.max_body_bytes)
         req = conform_quick(settings.format, parse_quick_request(body, settings.limits))
-        if req.model is not None and req.model != settings.model_name:
-            raise NotFoundError(f"model: {req.model!r} is not served here", param="model", code="model_not_found")
+        _check_served(req.model, settings.model_name)
         conversation = Conversation(req.messages, req.tools, req.thinking, req.reasoning_effort)
         service.admission.acquire()
         try:
@@ -82,6 +80,12 @@ def build_router(service: ChatService, metrics: Metrics) -> APIRouter:
     async def models() -> JSONResponse:
         return JSONResponse(models_dict(settings.model_name, created, service.engine.max_model_len))
 
+    @router.get("/v1/models/{model:path}")  # :path — served names often hold a slash (org/name)
+    async def model(model: str) -> JSONResponse:
+        _check_served(model, settings.model_name)
+        [entry] = models_dict(settings.model_name, created, service.engine.max_model_len)["data"]
+        return JSONResponse(entry)
+
     @router.get("/health")
     async def health() -> JSONResponse:
         return JSONResponse({"status": "ok", "in_flight": service.admission.in_flight})
@@ -91,6 +95,12 @@ def build_router(service: ChatService, metrics: Metrics) -> APIRouter:
         return Response(metrics.render(), media_type=CONTENT_TYPE)
 
     return router
+
+
+def _check_served(model: str | None, served: str) -> None:
+    """404 `model_not_found` unless `model` is the served model (None: the request named none)."""
+    if model is not None and model != served:
+        raise NotFoundError(f"model: {model!r} is not served here", param="model", code="model_not_found")
 
 
 async def _as_dict(work: Awaitable[QuickResult]) -> dict[str, Any]:

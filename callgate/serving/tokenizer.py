@@ -3,20 +3,29 @@
 Knows: how callgate tokenises its rendered prompt — no BOS/EOS added; special-token text
 (`<|im_start|>` ...) is a special token in callgate's own structure, but ordinary text
 inside untrusted spans (user and tool content), so content cannot forge a turn; how to
-find those spans; and the byte-exact vocabulary outlines-core needs.
-Does not know: vllm, HTTP, any hub (`local_files_only`).
+find those spans; the byte-exact vocabulary outlines-core needs; and a token-count lower
+bound that needs no tokenising (token_bound.py). Does not know: vllm, HTTP, any hub
+(`local_files_only`).
 
 Tokenising per segment means BPE merges never cross a span boundary. That is deliberate:
 a boundary is a trust boundary, and the split is deterministic, so prefix caching still
 sees identical ids for identical prompts.
+
+`encode` is safe to call from several threads: transformers switches special-token matching
+on the shared Rust tokenizer (`encode_special_tokens`) before each call, so segments of two
+concurrent calls could otherwise be read with each other's setting — content forging a turn.
 """
 
 from __future__ import annotations
 
+import json
+import threading
 from collections.abc import Sequence
 from functools import cache
 from pathlib import Path
 from typing import Any
+
+from callgate.serving.token_bound import TextBound, text_bound
 
 Spans = tuple[tuple[int, int], ...]
 
@@ -68,6 +77,11 @@ class HfTokenizer:
             int(i) for i, added in self._tok.added_tokens_decoder.items() if getattr(added, "special", False)
         ) | frozenset(self._tok.all_special_ids)
         self._vocab: dict[bytes, list[int]] | None = None
+        self._encoding = threading.Lock()
+        backend = getattr(self._tok, "backend_tokenizer", None)  # None: a slow (python) tokenizer
+        self._bound: TextBound | None = (
+            None if backend is None else text_bound(json.loads(backend.to_str()), self.token_bytes)
+        )
 
     @property
     def hf(self) -> Any:
@@ -84,9 +98,13 @@ class HfTokenizer:
 
     def encode(self, text: str, untrusted_spans: Spans = ()) -> list[int]:
         ids: list[int] = []
-        for piece, trusted in segments(text, untrusted_spans):
-            ids += self._tok(piece, add_special_tokens=False, split_special_tokens=not trusted)["input_ids"]
+        with self._encoding:
+            for piece, trusted in segments(text, untrusted_spans):
+                ids += self._tok(piece, add_special_tokens=False, split_special_tokens=not trusted)["input_ids"]
         return ids
+
+    def min_tokens(self, text: str) -> int:
+        return 0 if self._bound is None else self._bound.min_tokens(text)
 
     def decode(self, ids: list[int]) -> str:
         return str(self._tok.decode(ids, skip_special_tokens=False))

@@ -23,6 +23,8 @@ from collections.abc import AsyncGenerator, Mapping
 from functools import cache
 from typing import Any
 
+import anyio
+
 from callgate.errors import EngineError, InvalidRequestError
 from callgate.serving.engine import ConstraintRef, EngineConfig, GenerationRequest, TokenDelta
 from callgate.serving.tokenizer import HfTokenizer
@@ -107,7 +109,14 @@ class VllmEngine:
         from vllm.exceptions import VLLMClientError, VLLMServerError
         from vllm.inputs import TokensPrompt
 
-        prompt_ids = self._tokenizer.encode(req.prompt, req.untrusted_spans)
+        at_least = self._tokenizer.min_tokens(req.prompt)
+        if at_least >= self.max_model_len:  # refused before tokenising: seconds for megabytes
+            raise InvalidRequestError(
+                f"the prompt is at least {at_least} tokens; the model's context is {self.max_model_len}",
+                param="messages",
+                code="context_length_exceeded",
+            )
+        prompt_ids = await anyio.to_thread.run_sync(self._tokenizer.encode, req.prompt, req.untrusted_spans)
         params = self._sampling_params(req, len(prompt_ids))
         stream = self._llm.generate(TokensPrompt(prompt_token_ids=prompt_ids), params, req.request_id)
         self._running.add(req.request_id)
@@ -128,7 +137,9 @@ class VllmEngine:
         room = self.max_model_len - n_prompt
         if room <= 0:
             raise InvalidRequestError(
-                f"the prompt is {n_prompt} tokens; the model's context is {self.max_model_len}", param="messages"
+                f"the prompt is {n_prompt} tokens; the model's context is {self.max_model_len}",
+                param="messages",
+                code="context_length_exceeded",
             )
         s = req.sampling
         extra = {"callgate": constraint_args(req.constraint)} if req.constraint is not None else None
