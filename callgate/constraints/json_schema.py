@@ -71,6 +71,10 @@ _BY_TYPE: Mapping[str, frozenset[str]] = {
 }
 _GENERAL = frozenset({"type", "enum", "const", "anyOf", "oneOf", "allOf", "$ref"})
 _KINDS = ("null", "boolean", "object", "array", "number", "string")
+# a schema with a keyword the grammar cannot enforce is refused, never constrained less
+_UNSUPPORTED = "is not supported by the grammar, which enforces " + ", ".join(
+    sorted(_GENERAL | frozenset().union(*_BY_TYPE.values()), key=str.lower)
+)
 
 
 def _too_complex(path: str, keyword: str, why: str) -> SchemaTooComplexError:
@@ -186,7 +190,7 @@ def _check_keywords(schema: Mapping[str, Any], path: str) -> None:
     known = ANNOTATIONS | _GENERAL | frozenset().union(*_BY_TYPE.values())
     for key in schema:
         if key not in known:
-            raise _too_complex(path, key, "cannot be enforced by a regular grammar")
+            raise _too_complex(path, key, _UNSUPPORTED)
     if "$ref" in schema and len(schema.keys() - ANNOTATIONS) > 1:
         raise _too_complex(path, "$ref", "with sibling keywords is not supported")
     combined = [k for k in ("const", "enum", "anyOf", "oneOf", "allOf") if k in schema]
