@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import json
 import random
+import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from hypothesis import strategies as st
 
 from callgate.parsers import parse, sequential_call_ids, stream_parser
+from callgate.serving.fake_engine import FakeTokenizer
 from callgate.templates import render
 from callgate.types import ArgumentsDelta, CallEnd, Event, ParseResult, arguments_json, coalesce
 
@@ -181,3 +183,16 @@ def openai_tool_calls(calls: Sequence[tuple[str, dict[str, Any]]]) -> list[dict[
         }
         for i, (name, args) in enumerate(calls)
     ]
+
+
+class CountingTokenizer(FakeTokenizer):
+    """Records, for every text it tokenises, its length and whether it ran on the main thread
+    (the event loop's)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.encoded: list[tuple[int, bool]] = []
+
+    def encode(self, text: str, untrusted_spans: tuple[tuple[int, int], ...] = ()) -> list[int]:
+        self.encoded.append((len(text), threading.current_thread() is threading.main_thread()))
+        return super().encode(text, untrusted_spans)

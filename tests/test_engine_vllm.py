@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pickle
-import threading
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import Any
@@ -13,7 +12,7 @@ import pytest
 from callgate.errors import InvalidRequestError
 from callgate.serving import vllm_engine
 from callgate.serving.engine import EngineConfig, GenerationRequest, SamplingParams, TokenDelta
-from callgate.serving.fake_engine import FakeTokenizer
+from tests.harness import CountingTokenizer
 
 
 @dataclass
@@ -148,18 +147,6 @@ def test_logits_processor_adapter_is_a_vllm_processor_and_pickles_by_name() -> N
 def test_unknown_module_attribute_raises() -> None:
     with pytest.raises(AttributeError):
         vllm_engine.NoSuchThing  # noqa: B018
-
-
-class CountingTokenizer(FakeTokenizer):
-    """Records each tokenised text's length and whether it ran on the main (event-loop) thread."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.encoded: list[tuple[int, bool]] = []
-
-    def encode(self, text: str, untrusted_spans: tuple[tuple[int, int], ...] = ()) -> list[int]:
-        self.encoded.append((len(text), threading.current_thread() is threading.main_thread()))
-        return super().encode(text, untrusted_spans)
 
 
 @dataclass

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import threading
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -17,8 +16,9 @@ from jsonschema import Draft202012Validator
 
 from callgate.errors import EngineError, ValidatorUnavailableError
 from callgate.serving.app import create_app
-from callgate.serving.fake_engine import FakeEngine, FakeReply, FakeTokenizer
+from callgate.serving.fake_engine import FakeEngine, FakeReply
 from callgate.serving.settings import Limits, Settings
+from tests.harness import CountingTokenizer
 
 MODEL = "fake-model"
 WEATHER = {
@@ -343,19 +343,6 @@ async def test_prompt_longer_than_the_context_is_400(make_harness: Any) -> None:
     resp = await h.post({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 60})
     assert resp.status_code == 400 and resp.json()["error"]["param"] == "max_tokens"
     assert h.engine.requests == []
-
-
-class CountingTokenizer(FakeTokenizer):
-    """Records, for every text it tokenises, its length and whether it ran on the main thread
-    (the event loop's)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.encoded: list[tuple[int, bool]] = []
-
-    def encode(self, text: str, untrusted_spans: tuple[tuple[int, int], ...] = ()) -> list[int]:
-        self.encoded.append((len(text), threading.current_thread() is threading.main_thread()))
-        return super().encode(text, untrusted_spans)
 
 
 async def test_prompt_too_long_by_its_length_alone_is_refused_untokenised(make_harness: Any) -> None:

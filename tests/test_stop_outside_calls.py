@@ -6,40 +6,22 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-import httpx
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from callgate import parsers
-from callgate.serving.app import create_app
-from callgate.serving.fake_engine import FakeEngine
 from callgate.serving.stop_filter import StopFilter
 from callgate.types import Event, TextDelta, coalesce
+from tests import test_server_app
 from tests.harness import random_split
-from tests.test_server_app import ASK, MODEL, WEATHER, Harness, SchemaCheck, call_text, make_settings
+from tests.test_server_app import ASK, MODEL, WEATHER, call_text
 
+make_harness = test_server_app.make_harness  # the app harness fixture
 OSLO = call_text("get_weather", {"city": "Oslo"})
-
-
-@pytest.fixture
-async def harness() -> AsyncIterator[Any]:
-    clients: list[httpx.AsyncClient] = []
-
-    def make(replies: Sequence[Any] = ()) -> Harness:
-        engine = FakeEngine(replies=list(replies))
-        validator = SchemaCheck()
-        app = create_app(make_settings(), engine=engine, validator=validator)
-        client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://callgate.test")
-        clients.append(client)
-        return Harness(engine, validator, client)
-
-    yield make
-    for client in clients:
-        await client.aclose()
 
 
 def _body(**kw: Any) -> dict[str, Any]:
@@ -64,8 +46,8 @@ def _streamed(events: list[str]) -> tuple[str, list[dict[str, Any]], list[str | 
 
 
 @pytest.mark.parametrize("stop", [["\n"], ["Oslo", "}"], "<tool_call>"])
-async def test_required_call_is_not_cut_by_stop_strings(harness: Any, stop: Any) -> None:
-    h = harness([OSLO, [OSLO[i : i + 3] for i in range(0, len(OSLO), 3)]])
+async def test_required_call_is_not_cut_by_stop_strings(make_harness: Any, stop: Any) -> None:
+    h = make_harness([OSLO, [OSLO[i : i + 3] for i in range(0, len(OSLO), 3)]])
     resp = await h.post(_body(tool_choice="required", stop=stop))
     assert resp.status_code == 200, resp.text
     choice = resp.json()["choices"][0]
@@ -77,9 +59,9 @@ async def test_required_call_is_not_cut_by_stop_strings(harness: Any, stop: Any)
     assert [r.sampling.stop for r in h.engine.requests] == [(), ()]
 
 
-async def test_auto_stop_ends_content_but_not_a_call(harness: Any) -> None:
+async def test_auto_stop_ends_content_but_not_a_call(make_harness: Any) -> None:
     reply = ["It is", " sun", "ny.\nBye", " now.", OSLO]
-    h = harness(["Checking. " + OSLO, reply, reply])
+    h = make_harness(["Checking. " + OSLO, reply, reply])
     resp = await h.post(_body(stop=["Oslo"]))
     assert resp.status_code == 200, resp.text
     message = resp.json()["choices"][0]["message"]
@@ -96,8 +78,8 @@ async def test_auto_stop_ends_content_but_not_a_call(harness: Any) -> None:
     assert len(h.engine.aborted) == 2  # the generation ended at the stop string, its slot freed
 
 
-async def test_plain_text_keeps_the_engine_stop_strings(harness: Any) -> None:
-    h = harness(["Oslo\nis cold.", "Oslo\nis cold.", OSLO])
+async def test_plain_text_keeps_the_engine_stop_strings(make_harness: Any) -> None:
+    h = make_harness(["Oslo\nis cold.", "Oslo\nis cold.", OSLO])
     for body in (_body(tools=None, stop=["\n"]), _body(tool_choice="none", stop=["\n"])):
         resp = await h.post(body)
         assert resp.status_code == 200, resp.text
