@@ -3,8 +3,9 @@
 * `assistant_completion`: what the model would have written for an assistant turn,
   derived from the renderer as render(ctx + [turn]) minus render(ctx, generation prompt).
 * `check_split_invariance`: N seeded random splits into deltas give the same coalesced
-  events and ParseResult as parse(text), and each call's argument deltas concatenate to
-  its final arguments JSON.
+  events and ParseResult as parse(text), the events carry the result (text deltas, the
+  ones `finish()` releases included, concatenate to its content), and each call's
+  argument deltas concatenate to its final arguments JSON.
 * hypothesis strategies for random tool schemas and calls.
 """
 
@@ -21,7 +22,16 @@ from hypothesis import strategies as st
 from callgate.parsers import parse, sequential_call_ids, stream_parser
 from callgate.serving.fake_engine import FakeTokenizer
 from callgate.templates import render
-from callgate.types import ArgumentsDelta, CallEnd, Event, ParseResult, arguments_json, coalesce
+from callgate.types import (
+    ArgumentsDelta,
+    CallEnd,
+    Event,
+    ParseResult,
+    ReasoningDelta,
+    TextDelta,
+    arguments_json,
+    coalesce,
+)
 
 
 def assistant_completion(
@@ -81,6 +91,7 @@ def check_split_invariance(
         pieces = random_split(text, rng, max_piece=1 if k == 0 else rng.choice((2, 4, 8, 32)))
         events, result = _feed_all(format, pieces, tools, thinking)
         assert result == whole, f"split {k} changed the result"
+        assert_events_carry_result(events, result)
         assert coalesce(events) == ref, f"split {k} changed the events"
         args: dict[int, str] = {}
         for ev in events:
@@ -89,6 +100,15 @@ def check_split_invariance(
             elif isinstance(ev, CallEnd):
                 assert args.get(ev.index, "") == arguments_json(ev.candidate.arguments)
     return whole
+
+
+def assert_events_carry_result(events: Sequence[Event], result: ParseResult) -> None:
+    """What a stream sends is the result: its text and reasoning deltas (those of `finish()`
+    included) concatenate to the result's content and reasoning, its CallEnds are its
+    candidates."""
+    assert "".join(ev.text for ev in events if isinstance(ev, TextDelta)) == (result.content or "")
+    assert "".join(ev.text for ev in events if isinstance(ev, ReasoningDelta)) == (result.reasoning or "")
+    assert tuple(ev.candidate for ev in events if isinstance(ev, CallEnd)) == result.candidates
 
 
 def calls_of(result: ParseResult) -> list[tuple[str, dict[str, Any]]]:

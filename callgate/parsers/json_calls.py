@@ -206,10 +206,10 @@ class JsonCallParser:
             return []
         self._final = True
         self._fast = _SLOW
-        self._run()
+        released = self._run()  # text held back as a possible marker start is text after all
         self._finish_state()
         self._finished = True
-        return self._flush()
+        return released + self._flush()
 
     def result(self) -> ParseResult:
         return self._builder.result()

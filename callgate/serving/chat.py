@@ -9,6 +9,8 @@ Policy:
 * A diagnostic other than `unknown_tool` (whose candidate still goes to the validator and
   is rejected there) means the output held a call block that could not be read: 502
   `model_output_error` with the diagnostic's code; streaming ends with an `error` event.
+  Either body's `callgate` block has `raw`: the failed round's output as the parser read
+  it (bounded, protocol_response.RAW_TEXT_MAX_CHARS), which the diagnostics' spans index.
   So does output that breaks what the grammar would have enforced (no call under
   tool_choice required/named, another tool than the named one, several calls with
   parallel_tool_calls=false): codes `missing_tool_call`, `wrong_tool`, `too_many_calls`.
@@ -65,6 +67,7 @@ from callgate.serving.protocol import (
     chunk_dict,
     completion_dict,
     diagnostic_dict,
+    raw_output_dict,
     tool_call_dict,
     usage_dict,
 )
@@ -127,12 +130,18 @@ class _Usage:
 
 @dataclass(slots=True)
 class _Round:
-    """One generation: its parse result, finish reason and verdicts once known."""
+    """One generation: its output as the parser read it, its parse result, finish reason
+    and verdicts once known."""
 
     index: int
+    output: list[str] = field(default_factory=list)  # kept for an error body's `raw`
     result: ParseResult | None = None
     finish_reason: str = "stop"
     verdicts: list[Verdict] = field(default_factory=list)
+
+    def raw(self, focus: int) -> dict[str, Any]:
+        assert self.result is not None
+        return raw_output_dict(self.index, "".join(self.output), self.result, focus)
 
     @property
     def accepted(self) -> bool:
@@ -176,8 +185,10 @@ class _Turn:
         for rnd in self.rounds:
             if rnd.result is None:
                 continue
-            for c, v in zip(rnd.result.candidates, rnd.verdicts, strict=False):
-                candidates.append({**candidate_dict(c), "round": rnd.index, "verdict": verdict_dict(v)})
+            verdicts: list[dict[str, Any] | None] = [verdict_dict(v) for v in rnd.verdicts]
+            verdicts += [None] * (len(rnd.result.candidates) - len(verdicts))  # a failed round's: never judged
+            for c, v in zip(rnd.result.candidates, verdicts, strict=True):
+                candidates.append({**candidate_dict(c), "round": rnd.index, "verdict": v})
             diagnostics += [{**diagnostic_dict(d), "round": rnd.index} for d in rnd.result.diagnostics]
         return {
             "format": self.service.settings.format,
@@ -319,6 +330,7 @@ class ChatService:
                 if delta.finish_reason is not None:
                     rnd.finish_reason = delta.finish_reason
                     finished = True
+                rnd.output.append(delta.text)
                 events = parser.feed(delta.text)
                 if stops is not None:
                     events = stops.feed(events)
@@ -388,14 +400,14 @@ class ChatService:
         broken = fatal(rnd.result.diagnostics)
         if broken is not None:
             error = ModelOutputError(f"model output is not a well-formed call: {broken.message}", code=broken.code)
-            raise ChatFailure(error, {**turn.callgate_block(), "raw": _raw_output(rnd.result)})
+            raise ChatFailure(error, {**turn.callgate_block(), "raw": rnd.raw(broken.span[0])})
         violation = choice_violation(turn.req, rnd.result)
         if violation is not None:
             self.metrics.diagnostic(violation.code)
             block = turn.callgate_block()
             block["diagnostics"].append({**diagnostic_dict(violation), "round": rnd.index})
             error = ModelOutputError(f"model output breaks the request: {violation.message}", code=violation.code)
-            raise ChatFailure(error, {**block, "raw": _raw_output(rnd.result)})
+            raise ChatFailure(error, {**block, "raw": rnd.raw(violation.span[0])})
 
     async def _validate(self, turn: _Turn, rnd: _Round) -> None:
         """Verdicts for the round's candidates; each is in the audit log (fsynced) before
@@ -579,10 +591,6 @@ def _visible_deltas(batch: list[Event]) -> list[dict[str, Any]]:
         elif isinstance(ev, ReasoningDelta) and ev.text:
             out.append({"reasoning_content": ev.text})
     return out
-
-
-def _raw_output(result: ParseResult) -> dict[str, Any]:
-    return {"content": result.content, "reasoning": result.reasoning, "calls": [c.raw for c in result.candidates]}
 
 
 def _finish(reason: str, calls: bool) -> str:

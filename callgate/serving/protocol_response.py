@@ -1,5 +1,6 @@
 """The exact JSON shapes callgate answers with: `chat.completion`, `chat.completion.chunk`,
-usage, tool calls, the `callgate` block's candidates and diagnostics, and the model list.
+usage, tool calls, the `callgate` block's candidates, diagnostics and raw output (of a round
+that failed), and the model list.
 
 Knows: OpenAI's response shapes and callgate's types. Does not know: requests, HTTP,
 templates, engines, parsers or validators.
@@ -10,7 +11,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from callgate.types import Diagnostic, ToolCallCandidate
+from callgate.types import Diagnostic, ParseResult, ToolCallCandidate
+
+# A failed round's output in an error body: whole up to this many characters (SmolLM2 or
+# Qwen tokens average ~4, so about 16k tokens), else this many around the failure.
+RAW_TEXT_MAX_CHARS = 65536
 
 
 def tool_call_dict(call_id: str, name: str, arguments_json: str) -> dict[str, Any]:
@@ -39,6 +44,24 @@ def candidate_dict(c: ToolCallCandidate) -> dict[str, Any]:
 
 def diagnostic_dict(d: Diagnostic) -> dict[str, Any]:
     return {"code": d.code, "message": d.message, "span": list(d.span)}
+
+
+def raw_output_dict(round_index: int, text: str, result: ParseResult, focus: int) -> dict[str, Any]:
+    """The `raw` object of an error's `callgate` block: the round's model output as the parser
+    read it (diagnostic spans are offsets into it) and what was read from it. `text` is the
+    whole output when it has at most RAW_TEXT_MAX_CHARS characters, else the window of that
+    many centred on offset `focus` (the failure): `text_start` is the offset of its first
+    character, `text_chars` the length of the whole output."""
+    start = min(max(0, focus - RAW_TEXT_MAX_CHARS // 2), max(0, len(text) - RAW_TEXT_MAX_CHARS))
+    return {
+        "round": round_index,
+        "text": text[start : start + RAW_TEXT_MAX_CHARS],
+        "text_start": start,
+        "text_chars": len(text),
+        "content": result.content,
+        "reasoning": result.reasoning,
+        "calls": [c.raw for c in result.candidates],
+    }
 
 
 def completion_dict(
