@@ -12,10 +12,17 @@ escapes and raw U+007F..U+009F, which `json.dumps(ensure_ascii=False)` writes). 
 must never be weaker than the schema, so this module names any keyword it cannot enforce
 (SchemaTooComplexError) instead of dropping it.
 
+`unevaluatedProperties` is enforced as `true` or `false` (what `strict: true` adds, see
+callgate.strict_tools): `false` closes the objects of its schema and of the schemas it
+applies in place (`$ref`, `allOf`, `anyOf`, `oneOf` branches), so a free-form object there
+is `{}`, unless `additionalProperties` says otherwise.
+
 Deliberately stricter than the schema (documented, never weaker):
 * object properties appear in `properties` order and undeclared keys are not produced when
   `properties` is given; a free-form value (`{}`, untyped `items`/`additionalProperties`)
   nests containers at most `GENERIC_DEPTH` deep;
+* under `unevaluatedProperties: false`, an object's keys all come from one `anyOf`/`oneOf`
+  branch (the validator also accepts keys spread over several valid branches);
 * whitespace is at most one space around `:` and `,` (what `json.dumps` writes, or none);
 * strings never hold `\\u` escapes of surrogates; integers have no fraction or exponent;
 * recursive `$ref` is unrolled `REF_DEPTH` times;
@@ -29,7 +36,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from callgate.constraints.text import alternation, literal
@@ -38,6 +45,10 @@ from callgate.errors import SchemaTooComplexError
 GENERIC_DEPTH = 1
 REF_DEPTH = 3
 MAX_REPEAT = 256
+# each `prefixItems` entry nests the regex one level deeper (outlines-core refuses ~100)
+MAX_PREFIX_ITEMS = 32
+# A schema's regex; past this its byte DFA alone takes seconds (measured: 333 KB, 3.6 s)
+MAX_REGEX_CHARS = 512 * 1024
 
 WS = "[ ]?"
 _HEX = "[0-9a-fA-F]"
@@ -69,7 +80,9 @@ _BY_TYPE: Mapping[str, frozenset[str]] = {
     "array": frozenset({"items", "prefixItems", "minItems", "maxItems"}),
     "object": frozenset({"properties", "required", "additionalProperties"}),
 }
-_GENERAL = frozenset({"type", "enum", "const", "anyOf", "oneOf", "allOf", "$ref"})
+_GENERAL = frozenset({"type", "enum", "const", "anyOf", "oneOf", "allOf", "$ref", "unevaluatedProperties"})
+# keywords that may stand next to `$ref` or to the combinators (they apply in place)
+_IN_PLACE = frozenset({"unevaluatedProperties"})
 _KINDS = ("null", "boolean", "object", "array", "number", "string")
 # a schema with a keyword the grammar cannot enforce is refused, never constrained less
 _UNSUPPORTED = "is not supported by the grammar, which enforces " + ", ".join(
@@ -83,23 +96,49 @@ def _too_complex(path: str, keyword: str, why: str) -> SchemaTooComplexError:
 
 @dataclass(frozen=True, slots=True)
 class Context:
-    """The root schema (for `$ref`) and the remaining depth budgets."""
+    """The root schema (for `$ref`), the remaining depth budgets, and whether an
+    `unevaluatedProperties: false` closes the object of the schema at hand (it reaches
+    through in-place applicators, never into property or item values)."""
 
     root: Mapping[str, Any]
     generic_depth: int = GENERIC_DEPTH
     ref_depth: int = REF_DEPTH
+    closed: bool = False
 
 
-def generic_value(depth: int = GENERIC_DEPTH) -> str:
-    """Any JSON value with containers nested at most `depth` deep."""
+def generic_value(depth: int = GENERIC_DEPTH, *, closed: bool = False) -> str:
+    """Any JSON value with containers nested at most `depth` deep (`closed`: an object
+    value is `{}`, its nested values stay free)."""
     scalar = alternation([STRING, NUMBER, BOOLEAN, NULL])
     if depth <= 0:
         return scalar
     inner = generic_value(depth - 1)
     array = rf"\[{WS}(?:{inner}(?:{WS},{WS}{inner})*)?{WS}\]"
     member = f"{STRING}{WS}:{WS}{inner}"
-    obj = rf"\{{{WS}(?:{member}(?:{WS},{WS}{member})*)?{WS}\}}"
+    obj = rf"\{{{WS}\}}" if closed else rf"\{{{WS}(?:{member}(?:{WS},{WS}{member})*)?{WS}\}}"
     return alternation([scalar, array, obj])
+
+
+def with_closure(target: Any, outer: Mapping[str, Any]) -> Any:
+    """`target` (what `outer` applies in place: its `$ref`'s target, its only `allOf`
+    branch, its non-string part) carrying `outer`'s `unevaluatedProperties: false`.
+
+    Exact: the keyword sees the same evaluated fields whether it stands next to `$ref` or
+    inside the target; a target that has its own `unevaluatedProperties` evaluates every
+    field already, so `outer`'s has nothing left to reject.
+    """
+    if outer.get("unevaluatedProperties", True) is not False or target is False:
+        return target
+    if target is True:
+        return {"unevaluatedProperties": False}
+    if not isinstance(target, Mapping) or "unevaluatedProperties" in target:
+        return target
+    return {**target, "unevaluatedProperties": False}
+
+
+def _values(ctx: Context) -> Context:
+    """The context of a property or item value: `unevaluatedProperties` does not reach it."""
+    return replace(ctx, closed=False) if ctx.closed else ctx
 
 
 def const_regex(value: Any) -> str:
@@ -147,7 +186,7 @@ def _objects_only(schema: Any, ctx: Context, path: str, ref_depth: int) -> Any:
         return schema
     _check_keywords(schema, path)
     if "$ref" in schema:
-        target = _ref_target(schema["$ref"], ctx, path)
+        target = with_closure(_ref_target(schema["$ref"], ctx, path), schema)
         return _objects_only(target, ctx, f"{path}/$ref", ref_depth - 1) if ref_depth > 0 else False
     for key in ("anyOf", "oneOf", "allOf"):
         if isinstance(schema.get(key), list):
@@ -165,22 +204,36 @@ def _objects_only(schema: Any, ctx: Context, path: str, ref_depth: int) -> Any:
 
 
 def _regex(schema: Any, ctx: Context, path: str) -> str | None:
-    """None: no value can be produced (a `false` schema, or a recursion cut off)."""
+    """None: no value can be produced (a `false` schema, or a recursion cut off). Raises
+    SchemaTooComplexError as soon as a subschema's regex passes MAX_REGEX_CHARS: an array's
+    item regex stands twice in it, so nested bounded arrays double it per level (16 levels:
+    21 MB of regex, minutes of DFA building; 30 levels would not fit in memory)."""
+    rx = _build(schema, ctx, path)
+    if rx is not None and len(rx) > MAX_REGEX_CHARS:
+        raise _too_complex(path or "/", "schema", f"makes a grammar of over {MAX_REGEX_CHARS} characters; simplify it")
+    return rx
+
+
+def _build(schema: Any, ctx: Context, path: str) -> str | None:
     if schema is True or schema == {}:
-        return generic_value(ctx.generic_depth)
+        return generic_value(ctx.generic_depth, closed=ctx.closed)
     if schema is False:
         return None
     if not isinstance(schema, Mapping):
         raise _too_complex(path, "schema", "is neither an object nor a boolean")
     _check_keywords(schema, path)
+    if "unevaluatedProperties" in schema:
+        closes = schema["unevaluatedProperties"] is False
+        rest = {k: v for k, v in schema.items() if k != "unevaluatedProperties"}
+        return _regex(rest, replace(ctx, closed=closes), path)
     if "$ref" in schema:
         return _ref(schema, ctx, path)
     if "allOf" in schema:
         return _all_of(schema, ctx, path)
     if "const" in schema:
-        return const_regex(schema["const"])
+        return None if _unevaluated(schema["const"], ctx) else const_regex(schema["const"])
     if "enum" in schema:
-        return _enum(schema, path)
+        return _enum(schema, ctx, path)
     if "anyOf" in schema or "oneOf" in schema:
         return _any_of(schema, ctx, path)
     return _typed(schema, declared_types(schema, path), ctx, path)
@@ -191,11 +244,13 @@ def _check_keywords(schema: Mapping[str, Any], path: str) -> None:
     for key in schema:
         if key not in known:
             raise _too_complex(path, key, _UNSUPPORTED)
-    if "$ref" in schema and len(schema.keys() - ANNOTATIONS) > 1:
-        raise _too_complex(path, "$ref", "with sibling keywords is not supported")
+    if not isinstance(schema.get("unevaluatedProperties", False), bool):
+        raise _too_complex(path, "unevaluatedProperties", f"other than true or false {_UNSUPPORTED}")
+    if "$ref" in schema and len(schema.keys() - ANNOTATIONS - _IN_PLACE) > 1:
+        raise _too_complex(path, "$ref", f"with sibling keywords {_UNSUPPORTED}")
     combined = [k for k in ("const", "enum", "anyOf", "oneOf", "allOf") if k in schema]
     if len(combined) > 1 or (combined and schema.keys() & frozenset().union(*_BY_TYPE.values())):
-        raise _too_complex(path, combined[0], "combined with other validation keywords is not supported")
+        raise _too_complex(path, combined[0], f"combined with other validation keywords {_UNSUPPORTED}")
 
 
 def declared_types(schema: Mapping[str, Any], path: str) -> list[str]:
@@ -254,17 +309,24 @@ def _string(schema: Mapping[str, Any], path: str) -> str:
     return f'"{STRING_CHAR}{_repeat(lo, hi)}"'
 
 
-def _enum(schema: Mapping[str, Any], path: str) -> str:
+def _enum(schema: Mapping[str, Any], ctx: Context, path: str) -> str | None:
     values = schema["enum"]
     if not isinstance(values, list) or not values:
         raise _too_complex(path, "enum", "must be a non-empty array")
-    return alternation(const_regex(v) for v in values)
+    kept = [v for v in values if not _unevaluated(v, ctx)]
+    return alternation(const_regex(v) for v in kept) if kept else None
+
+
+def _unevaluated(value: Any, ctx: Context) -> bool:
+    """Whether a `const`/`enum` value is an object with fields that a closing
+    `unevaluatedProperties` rejects (neither keyword evaluates any field)."""
+    return ctx.closed and isinstance(value, Mapping) and bool(value)
 
 
 def _all_of(schema: Mapping[str, Any], ctx: Context, path: str) -> str | None:
     parts = schema["allOf"]
     if not isinstance(parts, list) or len(parts) != 1:
-        raise _too_complex(path, "allOf", "with more than one schema (an intersection) is not supported")
+        raise _too_complex(path, "allOf", f"with more than one schema (an intersection) {_UNSUPPORTED}")
     return _regex(parts[0], ctx, f"{path}/allOf/0")
 
 
@@ -310,20 +372,22 @@ def _check_disjoint(branches: Sequence[Any], path: str) -> None:
     for b in branches:
         kinds = _kinds(b)
         if kinds is None or seen & kinds:
-            raise _too_complex(path, "oneOf", "with branches that may overlap cannot be enforced exactly")
+            raise _too_complex(
+                path, "oneOf", f"with branches that may overlap (not evidently of distinct types) {_UNSUPPORTED}"
+            )
         seen |= kinds
 
 
 def _ref(schema: Mapping[str, Any], ctx: Context, path: str) -> str | None:
     if ctx.ref_depth <= 0:
         return None
-    inner = Context(ctx.root, ctx.generic_depth, ctx.ref_depth - 1)
+    inner = replace(ctx, ref_depth=ctx.ref_depth - 1)
     return _regex(_ref_target(schema["$ref"], ctx, path), inner, f"{path}/$ref")
 
 
 def _ref_target(ref: Any, ctx: Context, path: str) -> Any:
     if not isinstance(ref, str) or not ref.startswith("#"):
-        raise _too_complex(path, "$ref", "to a remote document is not supported")
+        raise _too_complex(path, "$ref", f"to a remote document {_UNSUPPORTED}")
     target: Any = ctx.root
     for part in filter(None, ref[1:].split("/")):
         part = part.replace("~1", "/").replace("~0", "~")
@@ -334,20 +398,48 @@ def _ref_target(ref: Any, ctx: Context, path: str) -> Any:
 
 
 def _array(schema: Mapping[str, Any], ctx: Context, path: str) -> str | None:
+    """Item i matches `prefixItems[i]`, later items `items` (any value when absent); an
+    array may stop anywhere, within `minItems`..`maxItems`. A `false` position ends it."""
     lo, hi = _bound(schema, "minItems", path) or 0, _bound(schema, "maxItems", path)
     prefix = schema.get("prefixItems", [])
     if not isinstance(prefix, list):
         raise _too_complex(path, "prefixItems", "must be an array")
-    if prefix:
-        raise _too_complex(path, "prefixItems", "is not supported")
-    item = _regex(schema.get("items", True), ctx, f"{path}/items")
-    if item is None:
-        return None if lo > 0 else rf"\[{WS}\]"
-    rest = _repeat(max(lo - 1, 0), None if hi is None else max(hi - 1, 0))
-    body = f"{item}(?:{WS},{WS}{item}){rest}"
-    if hi == 0:
-        return rf"\[{WS}\]"
-    return rf"\[{WS}{body}{WS}\]" if lo > 0 else rf"\[{WS}(?:{body})?{WS}\]"
+    if len(prefix) > MAX_PREFIX_ITEMS:
+        raise _too_complex(
+            path, "prefixItems", f"with more than {MAX_PREFIX_ITEMS} entries makes the grammar too large"
+        )
+    inner = _values(ctx)
+    slots: list[str] = []
+    for i, sub in enumerate(prefix):
+        rx = _regex(sub, inner, f"{path}/prefixItems/{i}")
+        if rx is None:
+            break
+        slots.append(rx)
+    items = _regex(schema.get("items", True), inner, f"{path}/items") if len(slots) == len(prefix) else None
+    longest = len(slots) if items is None else None
+    if hi is not None:
+        longest = hi if longest is None else min(hi, longest)
+    if longest is not None and lo > longest:
+        return None
+    body = _elements(slots, items, lo, longest, 0)
+    return rf"\[{WS}{body}{WS}\]" if body else rf"\[{WS}\]"
+
+
+def _elements(slots: Sequence[str], items: str | None, lo: int, hi: int | None, i: int) -> str:
+    """Elements i.. of an array with at least `lo` and at most `hi` of them in all: slot i
+    (then i+1, ...) while the prefix lasts, then `items` repeated."""
+    sep = f"{WS},{WS}" if i else ""
+    if hi is not None and i >= hi:
+        return ""
+    if i < len(slots):
+        body = sep + slots[i] + _elements(slots, items, lo, hi, i + 1)
+    elif items is None:
+        return ""
+    elif i:
+        return f"(?:{sep}{items}){_repeat(max(lo - i, 0), None if hi is None else hi - i)}"
+    else:
+        body = items + f"(?:{WS},{WS}{items}){_repeat(max(lo - 1, 0), None if hi is None else hi - 1)}"
+    return body if i < lo else f"(?:{body})?"
 
 
 def _object(schema: Mapping[str, Any], ctx: Context, path: str) -> str | None:
@@ -366,7 +458,7 @@ def _object(schema: Mapping[str, Any], ctx: Context, path: str) -> str | None:
         raise _too_complex(path, "required", f"names undeclared properties {missing!r}")
     members: list[tuple[str, bool]] = []
     for name, sub in props.items():
-        rx = _regex(sub, ctx, f"{path}/properties/{name}")
+        rx = _regex(sub, _values(ctx), f"{path}/properties/{name}")
         if rx is None:
             if name in required:
                 return None
@@ -376,8 +468,8 @@ def _object(schema: Mapping[str, Any], ctx: Context, path: str) -> str | None:
 
 
 def _free_object(schema: Mapping[str, Any], ctx: Context, path: str) -> str | None:
-    extra = schema.get("additionalProperties", True)
-    value = _regex(extra, ctx, f"{path}/additionalProperties")
+    extra = schema.get("additionalProperties", not ctx.closed)
+    value = _regex(extra, _values(ctx), f"{path}/additionalProperties")
     if value is None:
         return rf"\{{{WS}\}}"
     member = f"{STRING}{WS}:{WS}{value}"

@@ -1,7 +1,9 @@
 """What a grammar is built from: the request's tools, choice and flags, normalised.
 
 Knows: OpenAI `tools`, `tool_choice`, `parallel_tool_calls` and `response_format` shapes,
-and the canonical cache key of a request's grammar. Does not know: formats or regexes.
+what a tool's `strict: true` does to its parameters (callgate.strict_tools, the rule the
+validator applies too), and the canonical cache key of a request's grammar. Does not know:
+formats or regexes.
 """
 
 from __future__ import annotations
@@ -13,13 +15,22 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from callgate.errors import InvalidRequestError
+from callgate.strict_tools import strict_schema
 
 Mode = Literal["none", "auto", "required", "named", "response_format"]
-GRAMMAR_VERSION = 2  # 2: JSON-call arguments admit only objects (`parameters: {}` allowed any value)
+# 2: JSON-call arguments admit only objects (`parameters: {}` allowed any value)
+# 3: an array schema with `minItems` above `maxItems: 0` admits no array (it admitted `[]`)
+GRAMMAR_VERSION = 3
+_NO_PARAMETERS: Mapping[str, Any] = {"type": "object", "properties": {}}
 
 
 @dataclass(frozen=True, slots=True)
 class ToolSpec:
+    """A callable tool as the grammar sees it. `parameters` is the schema the arguments
+    must satisfy: for a `strict: true` tool, the declared one closed by `strict_schema`
+    (its `unevaluatedProperties: false` are part of the cache key, so a strict tool never
+    shares a grammar with the same tool declared non-strict)."""
+
     name: str
     parameters: Mapping[str, Any]
 
@@ -57,7 +68,8 @@ class GrammarRequest:
 
 def tool_specs(tools: Sequence[Mapping[str, Any]] | None) -> tuple[ToolSpec, ...]:
     """Name and parameter schema of each OpenAI tool (`{"type": "function", "function":
-    {...}}` or the bare function object)."""
+    {...}}` or the bare function object); a `strict` tool's schema is closed as the
+    validator closes it (`strict_schema`)."""
     specs: list[ToolSpec] = []
     for i, tool in enumerate(tools or ()):
         fn = tool.get("function", tool)
@@ -65,8 +77,17 @@ def tool_specs(tools: Sequence[Mapping[str, Any]] | None) -> tuple[ToolSpec, ...
         if not isinstance(name, str) or not name:
             raise InvalidRequestError(f"tools[{i}] has no function name", param=f"tools[{i}]")
         params = fn.get("parameters")
-        specs.append(ToolSpec(name, params if isinstance(params, Mapping) else {"type": "object", "properties": {}}))
+        schema = params if isinstance(params, Mapping) else _NO_PARAMETERS
+        specs.append(ToolSpec(name, _closed(schema or _NO_PARAMETERS) if fn.get("strict") else schema))
     return tuple(specs)
+
+
+def _closed(params: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A strict tool's parameters as the validator checks them (it reads `parameters: {}`
+    as an object without properties, which closed admits only `{}`)."""
+    closed = strict_schema(params)
+    assert isinstance(closed, Mapping)
+    return closed
 
 
 def _choice(tool_choice: Any) -> tuple[str, str | None]:

@@ -12,7 +12,14 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from callgate.constraints.json_schema import ANNOTATIONS, FORMATS, Context, declared_types, schema_regex
+from callgate.constraints.json_schema import (
+    ANNOTATIONS,
+    FORMATS,
+    Context,
+    declared_types,
+    schema_regex,
+    with_closure,
+)
 from callgate.constraints.text import alternation, char_class_excluding, literal, text_without
 from callgate.errors import SchemaTooComplexError
 
@@ -21,7 +28,8 @@ _NON_STRING = ["null", "boolean", "object", "array", "number"]
 
 
 def resolve(schema: Any, root: Mapping[str, Any], path: str) -> Any:
-    """Follow a top-level local `$ref` (once; deeper ones are left to json_schema)."""
+    """Follow a top-level local `$ref` (once; deeper ones are left to json_schema), keeping
+    an `unevaluatedProperties: false` beside it."""
     if isinstance(schema, Mapping) and isinstance(schema.get("$ref"), str):
         ref: str = schema["$ref"]
         target: Any = root
@@ -29,7 +37,7 @@ def resolve(schema: Any, root: Mapping[str, Any], path: str) -> Any:
             if not isinstance(target, Mapping) or part not in target:
                 raise SchemaTooComplexError(f"schema keyword '$ref' at {path} {ref!r} does not resolve", param=path)
             target = target[part]
-        return target
+        return with_closure(target, schema)
     return schema
 
 
@@ -37,8 +45,14 @@ def split_string(schema: Any) -> tuple[Schema | None, Schema | None]:
     """(schema of the string values, schema of the other values); None = no such values.
 
     The union of the two is exactly the input schema (callers validate the whole schema
-    with json_schema first, so unsupported keywords were already named there).
+    with json_schema first, so unsupported keywords were already named there); an
+    `unevaluatedProperties` applies to the non-string part.
     """
+    strings, others = _split(schema)
+    return strings, (with_closure(others, schema) if isinstance(schema, Mapping) else others)
+
+
+def _split(schema: Any) -> tuple[Schema | None, Schema | None]:
     if schema is True or (isinstance(schema, Mapping) and not schema.keys() - ANNOTATIONS):
         return {"type": "string"}, {"type": _NON_STRING}
     if schema is False or not isinstance(schema, Mapping):

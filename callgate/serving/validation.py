@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -26,6 +26,8 @@ import referencing
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError, ValidationError, relevance
 from referencing.exceptions import Unresolvable
+
+from callgate.strict_tools import strict_schema as strict_schema
 
 VerdictName = Literal["accepted", "rejected"]
 
@@ -260,7 +262,7 @@ class JsonSchemaValidator:
 
     * An undeclared tool (`schema is None`) is rejected (`kind: unknown_tool`).
     * A tool declared `strict: true` additionally rejects unknown fields anywhere: see
-      `strict_schema`.
+      `strict_schema` (callgate.strict_tools, the rule the grammar is built from too).
     * `format` is an annotation, as Draft 2020-12 specifies by default.
     * `$ref`s resolve only within the schema, the JSON Schema metaschemas and `registry`;
       nothing is ever fetched over the network. An unresolvable `$ref` or a schema that is
@@ -320,66 +322,6 @@ class JsonSchemaValidator:
 
 def _first_line(exc: BaseException) -> str:
     return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-
-
-# ---- strict tools ----------------------------------------------------------------------------
-
-# Subschemas that describe a *value* of their own (an object there stands alone).
-_VALUE_MAPS = ("properties", "patternProperties", "$defs", "definitions")
-_VALUE_ONE = ("additionalProperties", "items", "contains", "unevaluatedItems", "propertyNames")
-_VALUE_LIST = ("prefixItems", "anyOf", "oneOf")
-# In-place applicators whose subschemas are combined with a sibling: their objects are
-# not closed on their own (allOf branches would reject each other's fields).
-_COMBINED_ONE = ("not", "if", "then", "else")
-_COMBINED_LIST = ("allOf",)
-# anyOf/oneOf are not hints: their branches are closed one by one, which is enough.
-_OBJECT_HINTS = ("type", "properties", "patternProperties", "required", "$ref", "allOf")
-
-
-def strict_schema(schema: Mapping[str, Any] | bool) -> Mapping[str, Any] | bool:
-    """`schema` with unknown fields forbidden wherever it does not say otherwise.
-
-    OpenAI's `strict: true` means `additionalProperties: false` on every object. Here each
-    standalone subschema that may describe an object and sets neither `additionalProperties`
-    nor `unevaluatedProperties` gets `unevaluatedProperties: false` — which, unlike
-    `additionalProperties`, sees the fields that `allOf`/`$ref`/`if` branches declare.
-    Branches of `allOf`/`if`/`then`/`else`/`not` are left open (closing them separately
-    would reject each other's fields); schemas with no type hint at all (`{}`) stay open.
-    """
-    closed: Mapping[str, Any] | bool = _close(schema, standalone=True)
-    return closed
-
-
-def _close(schema: Any, *, standalone: bool) -> Any:
-    if not isinstance(schema, Mapping):
-        return schema
-    out: dict[str, Any] = {}
-    for key, value in schema.items():
-        if key in _VALUE_MAPS and isinstance(value, Mapping):
-            out[key] = {k: _close(v, standalone=key not in ("$defs", "definitions")) for k, v in value.items()}
-        elif key in _VALUE_ONE:
-            out[key] = _close(value, standalone=True)
-        elif key in _VALUE_LIST and isinstance(value, Sequence):
-            out[key] = [_close(v, standalone=True) for v in value]
-        elif key in _COMBINED_ONE:
-            out[key] = _close(value, standalone=False)
-        elif key in _COMBINED_LIST and isinstance(value, Sequence):
-            out[key] = [_close(v, standalone=False) for v in value]
-        elif key == "dependentSchemas" and isinstance(value, Mapping):
-            out[key] = {k: _close(v, standalone=False) for k, v in value.items()}
-        else:
-            out[key] = value
-    open_ended = "additionalProperties" in out or "unevaluatedProperties" in out
-    if standalone and not open_ended and _may_be_object(out):
-        out["unevaluatedProperties"] = False
-    return out
-
-
-def _may_be_object(schema: Mapping[str, Any]) -> bool:
-    if not any(k in schema for k in _OBJECT_HINTS):
-        return False
-    types = schema.get("type", "object")
-    return types == "object" or (isinstance(types, list) and "object" in types)
 
 
 def __getattr__(name: str) -> Any:
