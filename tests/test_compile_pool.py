@@ -9,7 +9,9 @@ threading.Event, released at the end of each test.
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
+import weakref
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -173,6 +175,94 @@ def test_the_memory_cache_is_bounded_in_bytes() -> None:
     assert bounded.nbytes == 2 * size <= bounded.max_bytes
     too_big = IndexCache(disk=None, max_bytes=size - 1)
     assert too_big.get_or_compile("d", "d{1,40}", VOCAB) is not None and len(too_big) == too_big.nbytes == 0
+
+
+async def test_every_compile_hands_its_freed_memory_back(held: Held, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A compile's transient hundreds of MB (and an evicted Index) go back to the system at
+    its end, also when it is refused: benchmarks/bench_compile_memory.py measures the effect."""
+    trims: list[int] = []
+    monkeypatch.setattr(constraints, "trim_heap", lambda: trims.append(constraints._POOL.busy))
+    assert await build(tool("trimmed")) is not None
+    assert trims == [1]  # in the worker, before its job ends
+    monkeypatch.setattr(index_size, "MAX_INDEX_CELLS", 1)
+    with pytest.raises(SchemaTooComplexError, match="too large"):
+        await build(tool("refused"))
+    assert trims == [1, 1]
+    assert await build(tool("trimmed")) is not None and trims == [1, 1]  # a cache hit compiles nothing
+    cache.trim_heap()  # the real one: glibc's malloc_trim here, a no-op elsewhere; never raises
+
+
+def nested_arrays(depth: int) -> dict[str, Any]:
+    """A tool whose argument nests `depth` bounded arrays: the regex doubles per level."""
+    nested: dict[str, Any] = {"type": "string"}
+    for _ in range(depth):
+        nested = {"type": "array", "items": nested, "maxItems": 2}
+    params = {"type": "object", "properties": {"x": nested}}
+    return {"type": "function", "function": {"name": "deep", "parameters": params}}
+
+
+@pytest.mark.parametrize("depth", [16, 40])
+def test_a_grammar_doubling_per_level_is_refused_while_it_is_built(depth: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """16 levels would be 21 MB of regex and minutes of DFA building ("Failed to build DFA"
+    in the end), 40 would not fit in memory: refused at the level that passes the bound."""
+
+    def never(*args: Any) -> Any:
+        raise AssertionError("compiled")
+
+    monkeypatch.setattr(index_size, "byte_states", never)
+    with pytest.raises(SchemaTooComplexError, match="makes a grammar of over") as err:
+        constraints.build("hermes", [nested_arrays(depth)], "required", True, None, VOCAB)
+    assert err.value.code == "schema_too_complex" and err.value.param and "/properties/x" in err.value.param
+
+
+def test_a_whole_grammar_too_long_is_refused_before_its_byte_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    def never(*args: Any) -> Any:
+        raise AssertionError("byte pass ran")
+
+    monkeypatch.setattr(index_size, "MAX_GRAMMAR_CHARS", 1000)
+    monkeypatch.setattr(index_size, "byte_states", never)
+    with pytest.raises(SchemaTooComplexError, match="characters, too large to compile") as err:
+        constraints.build("hermes", [tool("long", 8)], "required", True, None, VOCAB)
+    assert err.value.param == "tools"
+
+
+def test_a_grammar_outlines_cannot_build_is_a_400(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What outlines-core raises building a DFA (ValueError) is the request's 400, not a 500."""
+
+    def fails(regex: str, *rest: Any) -> Any:
+        raise ValueError("Failed to build DFA number of DFA states exceeds limit")
+
+    monkeypatch.setattr(cache, "compile_index", fails)
+    with pytest.raises(SchemaTooComplexError, match="cannot be built") as err:
+        constraints.build("hermes", [tool("unbuildable")], "required", True, None, VOCAB)
+    assert err.value.param == "tools" and err.value.code == "schema_too_complex"
+
+
+class _Result:
+    """A compile's result that a weak reference can watch."""
+
+
+async def test_a_finished_compile_is_freed_without_the_cyclic_gc() -> None:
+    """The pool keeps no cycle through a job's future: an Index of hundreds of MB is freed as
+    soon as its requests are done with it, not at a rare gen-2 collection."""
+    pool = CompilePool(workers=1)
+    refs: list[weakref.ref[_Result]] = []
+
+    def work(job: Any) -> _Result:
+        job.proceed()
+        made = _Result()
+        refs.append(weakref.ref(made))
+        return made
+
+    gc.disable()
+    try:
+        got = await pool.run("slot", work, timeout_s=30, param="tools")
+        assert isinstance(got, _Result) and refs[0]() is got
+        del got
+        await asyncio.sleep(0.05)  # the loop runs the done callbacks
+        assert pool.busy == 0 and refs[0]() is None
+    finally:
+        gc.enable()
 
 
 # ---- over HTTP ----------------------------------------------------------------------------------

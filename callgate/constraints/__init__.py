@@ -25,11 +25,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from callgate.constraints import closing_store
-from callgate.constraints.cache import CACHE, TokenVocabulary, configure_disk, get_index, token_vocabulary
+from callgate.constraints.cache import (
+    CACHE,
+    TokenVocabulary,
+    configure_disk,
+    get_index,
+    token_vocabulary,
+    trim_heap,
+)
 from callgate.constraints.compile_pool import CompilePool, Job
 from callgate.constraints.grammar import Grammar, grammar
 from callgate.constraints.index_size import check_size
 from callgate.constraints.request import GrammarRequest, Mode, grammar_request
+from callgate.errors import SchemaTooComplexError
 
 __all__ = [
     "CACHE",
@@ -153,8 +161,15 @@ def _compile(plan: _Plan, job: Job | None = None) -> Constraint:
             job.proceed()
 
     start = time.perf_counter()
-    index = CACHE.get_or_compile(plan.key, plan.grammar.regex, vocab, guard=guard)
-    return _finish(plan, index, time.perf_counter() - start)
+    try:
+        index = CACHE.get_or_compile(plan.key, plan.grammar.regex, vocab, guard=guard)
+        return _finish(plan, index, time.perf_counter() - start)
+    except ValueError as exc:  # outlines-core: "Failed to build DFA ..." (e.g. nested bounded arrays)
+        raise SchemaTooComplexError(
+            f"the tool/response schemas make a grammar that cannot be built ({exc}); simplify them", param=plan.param
+        ) from exc
+    finally:
+        trim_heap()  # the compile's freed hundreds of MB back to the system
 
 
 def _without_compile(plan: _Plan | None) -> Constraint | _Plan | None:

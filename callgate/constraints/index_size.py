@@ -30,6 +30,8 @@ from callgate.errors import SchemaTooComplexError
 # 20 000 byte states on a 49k vocabulary (the bound closing tables use, automaton.py):
 # about 7 s and some hundreds of MB of Index on this machine, past the default time limit.
 MAX_INDEX_CELLS = 1_000_000_000
+# A whole grammar's regex: the byte pass takes ~11 us a character here (333 KB: 3.6 s)
+MAX_GRAMMAR_CHARS = 1 << 20
 
 _BYTES: list[TokenVocabulary] = []
 _LOCK = threading.Lock()
@@ -53,6 +55,12 @@ def check_size(regex: str, vocabulary: TokenVocabulary, param: str, max_cells: i
     """Raise SchemaTooComplexError (400) naming `param` when the Index of `regex` over
     `vocabulary` could hold more than `max_cells` (default MAX_INDEX_CELLS) transitions."""
     max_cells = MAX_INDEX_CELLS if max_cells is None else max_cells
+    if len(regex) > MAX_GRAMMAR_CHARS:  # its byte pass alone would take many seconds
+        raise SchemaTooComplexError(
+            f"the tool/response schemas make a grammar of {len(regex)} characters, too large to compile "
+            f"(at most {MAX_GRAMMAR_CHARS}); simplify them",
+            param=param,
+        )
     states = byte_states(regex)
     if states * vocabulary.size > max_cells:
         raise SchemaTooComplexError(
