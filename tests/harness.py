@@ -14,7 +14,8 @@ from __future__ import annotations
 import json
 import random
 import threading
-from collections.abc import Mapping, Sequence
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from hypothesis import strategies as st
@@ -216,3 +217,26 @@ class CountingTokenizer(FakeTokenizer):
     def encode(self, text: str, untrusted_spans: tuple[tuple[int, int], ...] = ()) -> list[int]:
         self.encoded.append((len(text), threading.current_thread() is threading.main_thread()))
         return super().encode(text, untrusted_spans)
+
+
+def distances_to_final(index: Any, edges: Callable[[int], Iterable[tuple[int, int]]]) -> dict[int, int]:
+    """Steps from each state of `index` reachable from its start (following `edges(state)`:
+    (label, next state) pairs) to the nearest final state; states that reach none are left out."""
+    start = index.get_initial_state()
+    seen, queue, back = {start}, deque([start]), dict[int, list[int]]()
+    while queue:
+        s = queue.popleft()
+        for _, n in edges(s):
+            back.setdefault(n, []).append(s)
+            if n not in seen:
+                seen.add(n)
+                queue.append(n)
+    dist = {s: 0 for s in seen if index.is_final_state(s)}
+    queue = deque(dist)
+    while queue:
+        s = queue.popleft()
+        for p in back.get(s, []):
+            if p not in dist:
+                dist[p] = dist[s] + 1
+                queue.append(p)
+    return dist

@@ -17,7 +17,6 @@ import importlib
 import importlib.util
 import json
 import random
-from collections import deque
 from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
@@ -31,7 +30,7 @@ import callgate.constraints as constraints
 from callgate.constraints.json_schema import GENERIC_DEPTH
 from callgate.formats import get_format
 from callgate.parsers import parse
-from tests.harness import assistant_completion, openai_tool_calls, tool_and_calls
+from tests.harness import assistant_completion, distances_to_final, openai_tool_calls, tool_and_calls
 
 pytestmark = pytest.mark.slow
 
@@ -225,24 +224,7 @@ class Sampler:
                 yield b, nxt
 
     def _distances(self) -> dict[int, int]:
-        start = self.index.get_initial_state()
-        seen, queue, back = {start}, deque([start]), dict[int, list[int]]()
-        while queue:
-            s = queue.popleft()
-            for _, n in self._edges(s):
-                back.setdefault(n, []).append(s)
-                if n not in seen:
-                    seen.add(n)
-                    queue.append(n)
-        dist = {s: 0 for s in seen if self.index.is_final_state(s)}
-        queue = deque(dist)
-        while queue:
-            s = queue.popleft()
-            for p in back.get(s, []):
-                if p not in dist:
-                    dist[p] = dist[s] + 1
-                    queue.append(p)
-        return dist
+        return distances_to_final(self.index, self._edges)
 
     def sample(self, budget: int) -> str:
         state, ids = self.index.get_initial_state(), []

@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import random
 import re
-from collections import deque
 from collections.abc import Mapping
 from functools import cache
 from typing import Any
@@ -35,7 +34,7 @@ from callgate.parsers import parse
 from callgate.serving.app import create_app
 from callgate.serving.fake_engine import FakeEngine
 from callgate.serving.validation import JsonSchemaValidator
-from tests.harness import assistant_completion, openai_tool_calls
+from tests.harness import assistant_completion, distances_to_final, openai_tool_calls
 from tests.test_server_app import MODEL, make_settings
 
 FORMATS = ["hermes", "llama3-json", "mistral", "qwen3-xml", "dsml-v4", "dsml-v3.2"]
@@ -115,24 +114,7 @@ class ByteSampler:
         return [(t, self.index.get_next_state(state, t)) for t in allowed]
 
     def _distances(self) -> dict[int, int]:
-        start = self.index.get_initial_state()
-        seen, queue, back = {start}, deque([start]), dict[int, list[int]]()
-        while queue:
-            s = queue.popleft()
-            for _, n in self._edges(s):
-                back.setdefault(n, []).append(s)
-                if n not in seen:
-                    seen.add(n)
-                    queue.append(n)
-        dist = {s: 0 for s in seen if self.index.is_final_state(s)}
-        queue = deque(dist)
-        while queue:
-            s = queue.popleft()
-            for p in back.get(s, []):
-                if p not in dist:
-                    dist[p] = dist[s] + 1
-                    queue.append(p)
-        return dist
+        return distances_to_final(self.index, self._edges)
 
     def sample(self, budget: int) -> str:
         state, out = self.index.get_initial_state(), bytearray()
