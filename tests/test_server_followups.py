@@ -78,6 +78,29 @@ async def test_hermes_thinking_on_opens_the_block_and_parses_reasoning(harness: 
     assert message["content"] == "Oslo is cold."
 
 
+async def test_max_tokens_inside_the_reasoning_is_a_length_answer_not_a_502(harness: Any) -> None:
+    """As OpenAI answers a reasoning model out of tokens: the reasoning so far, no content,
+    streamed and not; under tool_choice required it stays the documented 502."""
+    h = harness("hermes", [["Cold ", "north ", "and ", "more ", "thought."]] * 3)
+    body = _body(chat_template_kwargs={"enable_thinking": True}, max_tokens=3)
+    resp = await h.post(body)
+    assert resp.status_code == 200, resp.text
+    choice = resp.json()["choices"][0]
+    message = choice["message"]
+    assert (message["reasoning_content"], message["content"] or "", choice["finish_reason"]) == (
+        "Cold north and ",
+        "",
+        "length",
+    )
+    chunks = [json.loads(e) for e in (await h.events(body))[:-1]]
+    deltas = [c["choices"][0] for c in chunks if c.get("choices")]
+    streamed = "".join(d["delta"].get("reasoning_content") or "" for d in deltas)
+    assert streamed == "Cold north and " and not any(d["delta"].get("content") for d in deltas)
+    assert deltas[-1]["finish_reason"] == "length"
+    forced = await h.post({**body, "tools": [WEATHER], "tool_choice": "required"})
+    assert forced.status_code == 502 and forced.json()["error"]["code"] == "missing_think_end"
+
+
 async def test_hermes_without_the_switch_leaves_the_generation_prompt_open(harness: Any) -> None:
     h = harness("hermes", [["Hi."]])
     _message(await h.post(_body()))

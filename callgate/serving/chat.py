@@ -74,7 +74,7 @@ from callgate.serving.protocol import (
 from callgate.serving.quick import Conversation, QuickBeside, QuickConfig, QuickService
 from callgate.serving.settings import Settings
 from callgate.serving.stop_filter import StopFilter
-from callgate.types import DiagnosticEvent, Event, ParseResult, ReasoningDelta, TextDelta, arguments_json
+from callgate.types import Diagnostic, DiagnosticEvent, Event, ParseResult, ReasoningDelta, TextDelta, arguments_json
 
 log = logging.getLogger("callgate.chat")
 
@@ -398,6 +398,8 @@ class ChatService:
         for d in rnd.result.diagnostics:
             self.metrics.diagnostic(d.code)
         broken = fatal(rnd.result.diagnostics)
+        if broken is not None and _reasoning_cut_short(turn.req, rnd, broken):
+            broken = None  # max_tokens ended it inside its reasoning: a "length" answer, not bad output
         if broken is not None:
             error = ModelOutputError(f"model output is not a well-formed call: {broken.message}", code=broken.code)
             raise ChatFailure(error, {**turn.callgate_block(), "raw": rnd.raw(broken.span[0])})
@@ -581,6 +583,16 @@ def _finish_parse(parser: parsers.StreamParser, stops: StopFilter | None, rnd: _
         rnd.finish_reason = "stop"
     rnd.result = stops.result() if stops.stopped else parser.result()
     return tail
+
+
+def _reasoning_cut_short(req: ChatRequest, rnd: _Round, broken: Diagnostic) -> bool:
+    """`max_tokens` ran out inside the reasoning block (the only fatal diagnostic): as OpenAI
+    answers a reasoning model out of tokens, the reply is the reasoning so far, no content,
+    finish_reason "length" — unless tool_choice needed a call (then a 502, as documented)."""
+    assert rnd.result is not None
+    forced = req.tool_choice == "required" or isinstance(req.tool_choice, Mapping)
+    others = [d for d in rnd.result.diagnostics if d is not broken and d.code not in ADVISORY_CODES]
+    return broken.code == "missing_think_end" and rnd.finish_reason == "length" and not forced and not others
 
 
 def _visible_deltas(batch: list[Event]) -> list[dict[str, Any]]:
