@@ -8,10 +8,12 @@ from __future__ import annotations
 
 
 class CallgateError(Exception):
-    """Base class. `status` and `error_type` map the error onto the wire."""
+    """Base class. `status` and `error_type` map the error onto the wire; `retry_after_s`,
+    where set, is sent as a Retry-After header (the official clients wait that long)."""
 
     status: int = 500
     error_type: str = "internal_error"
+    retry_after_s: int | None = None
 
     def __init__(self, message: str, *, param: str | None = None, code: str | None = None) -> None:
         super().__init__(message)
@@ -64,6 +66,7 @@ class NotFoundError(CallgateError):
 class RateLimitError(CallgateError):
     status = 429
     error_type = "rate_limit_error"
+    retry_after_s = 1
 
 
 class ModelOutputError(CallgateError):
@@ -89,6 +92,7 @@ class CompilerBusyError(CallgateError):
 
     status = 503
     error_type = "server_error"
+    retry_after_s = 1
 
 
 class EngineError(CallgateError):

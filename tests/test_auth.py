@@ -104,6 +104,15 @@ async def test_every_route_but_health_needs_the_key(server: Server) -> None:
         assert resp.status_code == 200, (method, path, resp.text)
 
 
+async def test_the_bearer_scheme_is_case_insensitive(server: Server) -> None:
+    """RFC 9110 section 11.1: an auth scheme matches in any case; the key itself does not."""
+    for scheme in ("bearer", "BEARER", "BeArEr"):
+        assert (await server.call("GET", "/v1/models", {"Authorization": f"{scheme} {KEY}"})).status_code == 200
+    swapped = KEY.swapcase()
+    assert swapped != KEY
+    assert (await server.call("GET", "/v1/models", {"Authorization": f"Bearer {swapped}"})).status_code == 401
+
+
 async def test_comparison_is_constant_time(server: Server, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every check goes through hmac.compare_digest (time independent of where bytes differ)."""
     seen: list[tuple[bytes, bytes]] = []
@@ -118,7 +127,7 @@ async def test_comparison_is_constant_time(server: Server, monkeypatch: pytest.M
     assert (await server.call("GET", "/v1/models", {"Authorization": f"Bearer {KEY}"})).status_code == 200
     assert (await server.call("GET", "/v1/models")).status_code == 401
     assert len(seen) == 3
-    assert all(b == f"Bearer {KEY}".encode() for _, b in seen)
+    assert all(b == KEY.encode() for _, b in seen)
 
 
 async def test_key_never_in_logs_metrics_or_audit(server: Server, caplog: pytest.LogCaptureFixture) -> None:

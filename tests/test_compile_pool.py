@@ -274,7 +274,7 @@ async def test_http_busy_pool_is_503_and_plain_requests_still_answer(held: Held,
     plain = await h.post({"messages": ASK})
     assert plain.status_code == 200, plain.text
     busy = await h.post({"messages": ASK, "tools": [tool("get_time", 0)], "tool_choice": "required"})
-    assert busy.status_code == 503, busy.text
+    assert busy.status_code == 503 and busy.headers["retry-after"] == "1", busy.text
     assert busy.json()["error"] == {
         "message": "every grammar compile worker stayed busy for 0.05 s; retry later",
         "type": "server_error",

@@ -381,6 +381,7 @@ async def test_queue_full_is_429_at_once(make_harness: Any) -> None:
     await asyncio.sleep(0.05)
     third = await h.post({"messages": ASK})
     assert third.status_code == 429 and third.json()["error"]["type"] == "rate_limit_error"
+    assert third.headers["retry-after"] == "1"  # the official clients wait that long before retrying
     assert [r.status_code for r in await asyncio.gather(*first)] == [200, 200]
     assert (await h.post({"messages": ASK})).status_code == 200
 

@@ -67,7 +67,7 @@ class _Gate:
 
     def __init__(self, app: ASGIApp, *, api_key: str | None, metrics: Metrics) -> None:
         self._app = app
-        self._expected = f"Bearer {api_key}".encode() if api_key else None
+        self._expected = api_key.encode() if api_key else None
         self._metrics = metrics
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -104,9 +104,12 @@ class _Gate:
             self._metrics.request(route, status)
 
     def _authorised(self, scope: Scope) -> bool:
+        """`Authorization: Bearer KEY`, the scheme in any case (RFC 9110 section 11.1)."""
         assert self._expected is not None
         given = next((v for k, v in scope["headers"] if k == b"authorization"), b"")
-        return hmac.compare_digest(given, self._expected)
+        scheme, _, key = given.partition(b" ")
+        matches = hmac.compare_digest(key, self._expected)  # always: constant time whatever was sent
+        return matches and scheme.lower() == b"bearer"
 
 
 async def _shutting_down(send: Send, started: bool, streaming: bool) -> None:
@@ -149,7 +152,8 @@ def _install_error_handlers(app: FastAPI) -> None:
 
 
 def _error(exc: CallgateError) -> JSONResponse:
-    return JSONResponse(exc.to_body(), status_code=exc.status)
+    headers = None if exc.retry_after_s is None else {"Retry-After": str(exc.retry_after_s)}
+    return JSONResponse(exc.to_body(), status_code=exc.status, headers=headers)
 
 
 _ROUTE_LABELS = frozenset({"/v1/chat/completions", "/v1/quick", "/v1/models", "/health", "/metrics"})
