@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 
 from callgate.constraints.automaton import Spelling, build_automaton
 from callgate.constraints.budget import SizedLRU
-from callgate.constraints.free_text import CONTENT, FreeText
-from callgate.constraints.late_trigger import TriggerGuard, begun_prefix
+from callgate.constraints.free_text import CONTENT, FreeText, begun_prefix
+from callgate.constraints.late_trigger import TriggerGuard
 from callgate.constraints.processor import RowSpec, row_spec
 from callgate.constraints.walk import pack_bits
 from callgate.kernels.reference import allowed_matrix

@@ -34,7 +34,8 @@ def _finder(markers: Iterable[bytes]) -> re.Pattern[bytes] | None:
     return re.compile(b"|".join(re.escape(m) for m in ordered)) if ordered else None
 
 
-def _prefixes(patterns: Iterable[bytes]) -> frozenset[bytes]:
+def proper_prefixes(patterns: Iterable[bytes]) -> frozenset[bytes]:
+    """Every non-empty proper prefix of each pattern."""
     return frozenset(p[:k] for p in patterns for k in range(1, len(p)))
 
 
@@ -74,8 +75,8 @@ class FreeText:
         ends = (opening, closing) if opening else ()
         self.patterns = tuple(sorted({trigger, *self.content, *self.reasoning, *ends}))
         self._content, self._reasoning = _finder(self.content), _finder(self.reasoning)
-        self._content_prefixes = _prefixes((trigger, *self.content))
-        self._reasoning_prefixes = _prefixes((closing, *self.reasoning)) if opening else frozenset()
+        self._content_prefixes = proper_prefixes((trigger, *self.content))
+        self._reasoning_prefixes = proper_prefixes((closing, *self.reasoning)) if opening else frozenset()
         self._longest = max(len(p) for p in self.patterns)
 
     def start(self) -> State:

@@ -34,8 +34,7 @@ from dataclasses import dataclass
 
 import numpy
 
-from callgate.constraints.free_text import CALL, FreeText, State
-from callgate.constraints.free_text import begun_prefix as begun_prefix
+from callgate.constraints.free_text import CALL, FreeText, State, proper_prefixes
 from callgate.constraints.walk import pack_bits
 
 
@@ -142,7 +141,7 @@ class TriggerGuard:
         if found is None:
             whole = re.compile(b"|".join(re.escape(p) for p in rules.patterns))
             first = re.compile(b"[" + b"".join(re.escape(p[:1]) for p in rules.patterns) + b"]")
-            prefixes = frozenset(p[:k] for p in rules.patterns for k in range(1, len(p)))
+            prefixes = proper_prefixes(rules.patterns)
             longest = max(len(p) for p in rules.patterns)
             flags, holding = bytearray(self.size), []
             for i, data in self.pieces.items():
