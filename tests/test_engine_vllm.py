@@ -158,6 +158,16 @@ class FakeLLM:
         return FakeStream([FakeRequestOutput([FakeCompletion("x", [1], "stop")], finished=True)]).run()
 
 
+async def test_ids_the_caller_tokenised_are_used_as_given() -> None:
+    """chat tokenises its prompt for the context check and hands the ids over: no second encode."""
+    pytest.importorskip("vllm")
+    tok, llm = CountingTokenizer(), FakeLLM()
+    engine = vllm_engine.VllmEngine(llm, tok, EngineConfig(model="/m", served_model_name="m", max_model_len=64))
+    req = GenerationRequest("a", "hello", SamplingParams(4), prompt_ids=(7, 8, 9))
+    [d async for d in engine.generate(req)]
+    assert tok.encoded == [] and llm.prompts[0]["prompt_token_ids"] == [7, 8, 9]
+
+
 async def test_prompt_refused_by_its_length_untokenised_and_tokenised_off_the_loop() -> None:
     """Quick heads reach the engine with no context check of their own."""
     pytest.importorskip("vllm")

@@ -362,6 +362,15 @@ async def test_prompt_too_long_by_its_length_alone_is_refused_untokenised(make_h
     assert len(h.engine.requests) == 1  # only the first reached the engine
 
 
+async def test_a_chat_prompt_is_tokenised_once_and_the_engine_gets_its_ids(make_harness: Any) -> None:
+    tok = CountingTokenizer()
+    h = make_harness(["ok"], tokenizer=tok)
+    assert (await h.post({"messages": ASK, "max_tokens": 4})).status_code == 200
+    req = h.engine.requests[0]
+    assert req.prompt_ids == tuple(tok.encode(req.prompt, req.untrusted_spans))
+    assert [n for n, _ in tok.encoded].count(len(req.prompt)) == 2  # the context check's, and this test's
+
+
 async def test_api_key_guards_every_route_but_health(make_harness: Any) -> None:
     h = make_harness(["ok"], settings=make_settings(api_key="s3cret"))
     assert (await h.client.get("/health")).status_code == 200

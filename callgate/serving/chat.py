@@ -309,7 +309,7 @@ class ChatService:
         engine_stop = () if stops is not None else req.stop
         sampling = SamplingParams(prompt.max_tokens, req.temperature, req.top_p, req.seed, engine_stop)
         stream = self.engine.generate(
-            GenerationRequest(request_id, prompt.text, sampling, turn.constraint, prompt.spans)
+            GenerationRequest(request_id, prompt.text, sampling, turn.constraint, prompt.spans, prompt.ids)
         )
         finished = False
         last_s = turn.started_s

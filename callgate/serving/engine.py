@@ -48,13 +48,16 @@ class ConstraintRef(Protocol):
 @dataclass(frozen=True, slots=True)
 class GenerationRequest:
     """One generation. `untrusted_spans` are [start, end) character offsets of `prompt`
-    holding content (user text, tool results) in which special-token text must stay text."""
+    holding content (user text, tool results) in which special-token text must stay text.
+    `prompt_ids`: the prompt already tokenised by the caller with those spans (the engine
+    then does not tokenise it again); None: the engine tokenises it."""
 
     request_id: str
     prompt: str
     sampling: SamplingParams
     constraint: ConstraintRef | None = None
     untrusted_spans: tuple[tuple[int, int], ...] = ()
+    prompt_ids: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -175,7 +175,11 @@ class FakeEngine:
             raise EngineError(f"request id {req.request_id!r} is already running")
         self.requests.append(req)
         reply = FakeReply.of(self._next_script(req))
-        prompt_ids = self.tokenizer.encode(req.prompt, req.untrusted_spans)
+        prompt_ids = (
+            list(req.prompt_ids)
+            if req.prompt_ids is not None
+            else self.tokenizer.encode(req.prompt, req.untrusted_spans)
+        )
         cached = self._cached_prefix(prompt_ids)
         aborted = self._running[req.request_id] = asyncio.Event()
         finished = False

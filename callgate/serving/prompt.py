@@ -25,7 +25,7 @@ Spans = tuple[tuple[int, int], ...]
 @dataclass(frozen=True, slots=True)
 class Prompt:
     text: str
-    tokens: int
+    ids: tuple[int, ...]  # its tokens, counted here and handed to the engine (tokenised once)
     max_tokens: int
     messages: int  # how many messages were rendered
     spans: Spans  # user and tool content: special-token text there stays text
@@ -57,7 +57,8 @@ def build_prompt(
             code="context_length_exceeded",
         )
     spans = untrusted_spans(render, messages, text)
-    n = len(tokenizer.encode(text, spans))
+    ids = tuple(tokenizer.encode(text, spans))
+    n = len(ids)
     if n >= context_tokens:
         raise InvalidRequestError(
             f"messages: the prompt is {n} tokens; the model's context is {context_tokens} tokens",
@@ -71,7 +72,7 @@ def build_prompt(
             code="context_length_exceeded",
         )
     max_tokens = req.max_tokens or min(default_max_tokens, context_tokens - n)
-    return Prompt(text, n, max_tokens, len(messages), spans)
+    return Prompt(text, ids, max_tokens, len(messages), spans)
 
 
 _UNTRUSTED_ROLES = frozenset({"user", "tool"})

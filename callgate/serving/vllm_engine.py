@@ -109,14 +109,7 @@ class VllmEngine:
         from vllm.exceptions import VLLMClientError, VLLMServerError
         from vllm.inputs import TokensPrompt
 
-        at_least = self._tokenizer.min_tokens(req.prompt)
-        if at_least >= self.max_model_len:  # refused before tokenising: seconds for megabytes
-            raise InvalidRequestError(
-                f"the prompt is at least {at_least} tokens; the model's context is {self.max_model_len}",
-                param="messages",
-                code="context_length_exceeded",
-            )
-        prompt_ids = await anyio.to_thread.run_sync(self._tokenizer.encode, req.prompt, req.untrusted_spans)
+        prompt_ids = list(req.prompt_ids) if req.prompt_ids is not None else await self._tokenise(req)
         params = self._sampling_params(req, len(prompt_ids))
         stream = self._llm.generate(TokensPrompt(prompt_token_ids=prompt_ids), params, req.request_id)
         self._running.add(req.request_id)
@@ -130,6 +123,19 @@ class VllmEngine:
         finally:
             self._running.discard(req.request_id)
             await stream.aclose()  # on early exit vLLM aborts the request, freeing its batch slot
+
+    async def _tokenise(self, req: GenerationRequest) -> list[int]:
+        """The prompt's ids, off the event loop; a prompt too long by its length alone is
+        refused before it is tokenised (seconds for megabytes)."""
+        at_least = self._tokenizer.min_tokens(req.prompt)
+        if at_least >= self.max_model_len:
+            raise InvalidRequestError(
+                f"the prompt is at least {at_least} tokens; the model's context is {self.max_model_len}",
+                param="messages",
+                code="context_length_exceeded",
+            )
+        ids: list[int] = await anyio.to_thread.run_sync(self._tokenizer.encode, req.prompt, req.untrusted_spans)
+        return ids
 
     def _sampling_params(self, req: GenerationRequest, n_prompt: int) -> Any:
         from vllm.sampling_params import RequestOutputKind, SamplingParams
