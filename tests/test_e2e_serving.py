@@ -211,6 +211,18 @@ def test_bad_requests_get_400(api: Any, overrides: dict[str, Any], param: str) -
     assert param in str(info.value)
 
 
+def test_logit_bias_bans_the_greedy_token(api: Any) -> None:
+    from callgate.serving.model_store import EMBEDDED_MODEL, resolve_model
+    from callgate.serving.tokenizer import HfTokenizer
+
+    tokenizer = HfTokenizer(str(resolve_model(EMBEDDED_MODEL)))
+    kwargs: dict[str, Any] = {"model": MODEL_NAME, "messages": ASK_WEATHER, "max_tokens": 1, "temperature": 0}
+    first = api.chat.completions.create(**kwargs).choices[0].message.content
+    [banned] = tokenizer.encode(first)  # one generated token
+    biased = api.chat.completions.create(**kwargs, logit_bias={str(banned): -100})
+    assert biased.choices[0].message.content != first  # distinct tokens have distinct text
+
+
 def test_prefix_cache_hits_on_a_repeated_prompt(api: Any) -> None:
     system = "You are a careful assistant. " + " ".join(f"Rule {i}: answer briefly and politely." for i in range(60))
     messages = [{"role": "system", "content": system}, {"role": "user", "content": "Say hi."}]

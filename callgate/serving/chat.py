@@ -71,6 +71,7 @@ from callgate.serving.protocol import (
     tool_call_dict,
     usage_dict,
 )
+from callgate.serving.protocol_request import check_logit_bias
 from callgate.serving.quick import Conversation, QuickBeside, QuickConfig, QuickService
 from callgate.serving.settings import Settings
 from callgate.serving.stop_filter import StopFilter
@@ -222,6 +223,7 @@ class ChatService:
         and compile its constraint; the caller must `close()` the returned turn (the
         response functions do it themselves)."""
         req = conform_chat(self.settings.format, req)
+        check_logit_bias(req, self.engine.tokenizer.vocab_size)
         self.admission.acquire()
         started_s = time.monotonic()
         try:
@@ -307,7 +309,19 @@ class ChatService:
         # Where calls may be written, stop strings end only the text outside them (stop_filter.py).
         stops = StopFilter(req.stop) if req.stop and req.tools and req.tool_choice != "none" else None
         engine_stop = () if stops is not None else req.stop
-        sampling = SamplingParams(prompt.max_tokens, req.temperature, req.top_p, req.seed, engine_stop)
+        sampling = SamplingParams(
+            prompt.max_tokens,
+            req.temperature,
+            req.top_p,
+            req.seed,
+            engine_stop,
+            presence_penalty=req.presence_penalty,
+            frequency_penalty=req.frequency_penalty,
+            repetition_penalty=req.repetition_penalty,
+            top_k=req.top_k,
+            min_p=req.min_p,
+            logit_bias=req.logit_bias,
+        )
         stream = self.engine.generate(
             GenerationRequest(request_id, prompt.text, sampling, turn.constraint, prompt.spans, prompt.ids)
         )

@@ -14,7 +14,7 @@ prompt's structure. See `callgate.serving.tokenizer`.
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass
 from typing import Literal, Protocol, runtime_checkable
 
@@ -23,13 +23,23 @@ FinishReason = Literal["stop", "length", "abort"]
 
 @dataclass(frozen=True, slots=True)
 class SamplingParams:
-    """Sampling for one request. `stop` strings are excluded from the output text."""
+    """Sampling for one request, with vLLM's meanings. `stop` strings are excluded from the
+    output text. Penalties, `top_k` (0: off), `min_p` and `logit_bias` (token id -> a bias
+    added to its logit; every id inside the tokenizer's vocabulary) shape the distribution
+    only among the tokens a constraint allows: a biased token the grammar forbids stays
+    forbidden."""
 
     max_tokens: int
     temperature: float = 1.0
     top_p: float = 1.0
     seed: int | None = None
     stop: tuple[str, ...] = ()
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    top_k: int = 0
+    min_p: float = 0.0
+    logit_bias: Mapping[int, float] | None = None
 
 
 @runtime_checkable

