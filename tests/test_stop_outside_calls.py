@@ -18,7 +18,7 @@ from callgate.serving.stop_filter import StopFilter
 from callgate.types import Event, TextDelta, coalesce
 from tests import test_server_app
 from tests.harness import random_split
-from tests.test_server_app import ASK, MODEL, WEATHER, call_text
+from tests.test_server_app import ASK, MODEL, WEATHER, call_text, make_settings
 
 make_harness = test_server_app.make_harness  # the app harness fixture
 OSLO = call_text("get_weather", {"city": "Oslo"})
@@ -78,15 +78,17 @@ async def test_auto_stop_ends_content_but_not_a_call(make_harness: Any) -> None:
     assert len(h.engine.aborted) == 2  # the generation ended at the stop string, its slot freed
 
 
-async def test_plain_text_keeps_the_engine_stop_strings(make_harness: Any) -> None:
-    h = make_harness(["Oslo\nis cold.", "Oslo\nis cold.", OSLO])
+@pytest.mark.parametrize(("fmt", "engine_stops"), [("llama3-json", True), ("hermes", False)])
+async def test_plain_text_keeps_the_engine_stop_strings(make_harness: Any, fmt: str, engine_stops: bool) -> None:
+    """Where no call and no reasoning block can be written the engine applies the stop
+    strings; a format with a reasoning block (hermes: Qwen3 opens one unasked) applies
+    them itself (test_stop_in_reasoning.py), with the same content."""
+    h = make_harness(["Oslo\nis cold.", "Oslo\nis cold."], settings=make_settings(format=fmt, constrained=False))
     for body in (_body(tools=None, stop=["\n"]), _body(tool_choice="none", stop=["\n"])):
         resp = await h.post(body)
         assert resp.status_code == 200, resp.text
         assert resp.json()["choices"][0]["message"]["content"] == "Oslo"
-    resp = await h.post(_body(tool_choice="required", stop=["\n"]))
-    assert resp.status_code == 200, resp.text
-    assert [r.sampling.stop for r in h.engine.requests] == [("\n",), ("\n",), ()]
+    assert [r.sampling.stop for r in h.engine.requests] == [("\n",) if engine_stops else ()] * 2
 
 
 # ---- the filter over the real parser ------------------------------------------------------

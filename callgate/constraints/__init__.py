@@ -6,7 +6,7 @@ vocabulary (cache.py), and the time limit on compiling. Does not know: engines, 
 how the mask is applied (callgate.constraints.processor, callgate.kernels).
 
     build(format, tools, tool_choice, parallel_tool_calls, response_format, vocabulary,
-          *, eos_token_id=None, thinking=False) -> Constraint | None       # None: unconstrained
+          *, eos_token_id=None, thinking=None) -> Constraint | None        # None: unconstrained
     await build_async(..., timeout_s=5.0)                                  # off the event loop
     get_index(key, regex, vocabulary, path=None)                           # the processor's cache
     configure_disk(directory, max_bytes)                                   # where Indexes are written
@@ -36,7 +36,7 @@ from callgate.constraints.cache import (
 from callgate.constraints.compile_pool import CompilePool, Job
 from callgate.constraints.grammar import Grammar, grammar
 from callgate.constraints.index_size import check_size
-from callgate.constraints.request import GrammarRequest, Mode, grammar_request
+from callgate.constraints.request import GrammarRequest, Mode, Thinking, grammar_request
 from callgate.errors import SchemaTooComplexError
 
 __all__ = [
@@ -44,6 +44,7 @@ __all__ = [
     "Constraint",
     "ConstraintRef",
     "Mode",
+    "Thinking",
     "TokenVocabulary",
     "build",
     "build_async",
@@ -61,13 +62,16 @@ class ConstraintRef:
     """What travels to the engine (GenerationRequest.constraint, vLLM extra_args): enough
     for another process to compile the same grammar. `trigger` set: lazy (see grammar.py).
     `index_path`: the compiled Index's file (cache.py's disk tier), so that the engine
-    process loads it instead of compiling the regex again."""
+    process loads it instead of compiling the regex again. `thinking`: the request's
+    (GrammarRequest.thinking), which a lazy row's free-text rules read (may the output open
+    a reasoning block?)."""
 
     key: str
     regex: str
     mode: str
     trigger: str | None = None
     index_path: str | None = None
+    thinking: Thinking = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,9 +85,10 @@ class Constraint:
     index: Any  # outlines_core.Index | None
     compile_s: float = 0.0
     index_path: str | None = None
+    thinking: Thinking = None
 
     def ref(self) -> ConstraintRef:
-        return ConstraintRef(self.key, self.regex, self.mode, self.trigger, self.index_path)
+        return ConstraintRef(self.key, self.regex, self.mode, self.trigger, self.index_path, self.thinking)
 
 
 def _vocabulary(vocabulary: Vocab, eos_token_id: int | None) -> TokenVocabulary | None:
@@ -134,7 +139,7 @@ def _plan(
     response_format: Any,
     vocabulary: Vocab,
     eos_token_id: int | None,
-    thinking: bool,
+    thinking: Thinking,
 ) -> _Plan | None:
     req = grammar_request(format, tools, tool_choice, parallel_tool_calls, response_format, thinking=thinking)
     if req is None:
@@ -147,7 +152,8 @@ def _finish(plan: _Plan, index: Any, compile_s: float) -> Constraint:
     path = None if plan.vocab is None else CACHE.persisted(plan.key, plan.vocab, index)
     if path is not None and plan.vocab is not None:
         closing_store.persist(path, index, plan.vocab)  # the engine's budget closing reads it
-    return Constraint(plan.key, plan.grammar.regex, plan.req.mode, plan.grammar.trigger, index, compile_s, path)
+    req, g = plan.req, plan.grammar
+    return Constraint(plan.key, g.regex, req.mode, g.trigger, index, compile_s, path, req.thinking)
 
 
 def _compile(plan: _Plan, job: Job | None = None) -> Constraint:
@@ -192,9 +198,10 @@ def build(
     vocabulary: Vocab,
     *,
     eos_token_id: int | None = None,
-    thinking: bool = False,
+    thinking: Thinking = None,
 ) -> Constraint | None:
-    """Build and compile (blocking). None when nothing constrains the output. Raises
+    """Build and compile (blocking). None when nothing constrains the output. `thinking`:
+    what the prompt did with the format's reasoning block (request.py `Thinking`). Raises
     SchemaTooComplexError for a grammar whose Index would be too large (index_size.py)."""
     plan = _plan(format, tools, tool_choice, parallel_tool_calls, response_format, vocabulary, eos_token_id, thinking)
     found = _without_compile(plan)
@@ -213,7 +220,7 @@ async def build_async(
     vocabulary: Vocab,
     *,
     eos_token_id: int | None = None,
-    thinking: bool = False,
+    thinking: Thinking = None,
     timeout_s: float = 5.0,
 ) -> Constraint | None:
     """`build` off the event loop. A request needing no grammar, or one whose Index is in

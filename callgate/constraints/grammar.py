@@ -6,8 +6,9 @@ calls) and when `auto` can be lazy. Does not know: vocabularies or compilation.
 The regex covers the text before the end-of-turn token: the model's EOS token is allowed
 only where the regex can end, and the parser is handed the text plus the format's EOS.
 
-[reasoning] is the rest of the block when the prompt opened one (`thinking`), else an
-optional block the model may open itself where the format reads one (hermes).
+[reasoning] is the rest of the block when the prompt opened one (`thinking` True); nothing
+when the prompt closed one (False: the switch is off, no block may be opened); else (None,
+no switch) an optional block the model may open itself where the format reads one (hermes).
 
 Modes:
 * none             -- [reasoning] content; the call syntax cannot be produced.
@@ -74,8 +75,8 @@ def grammar(req: GrammarRequest) -> Grammar:
 def _grammar(req: GrammarRequest) -> Grammar:
     fmt = get_format(req.format)
     fam = family(fmt)
-    thinking = req.thinking and fmt.reasoning_close is not None
-    leading = getattr(fam, "leading_reasoning", lambda f: "")(fmt)
+    thinking = req.thinking is True and fmt.reasoning_close is not None
+    leading = getattr(fam, "leading_reasoning", lambda f: "")(fmt) if req.thinking is None else ""
     prefix = fam.reasoning(fmt) if thinking else leading
     if req.mode == "response_format":
         assert req.response_schema is not None
@@ -94,7 +95,7 @@ def _auto(fmt: ToolCallFormat, fam: ModuleType, req: GrammarRequest, prefix: str
     if req.response_schema is not None:
         answer = schema_regex(req.response_schema, Context(root=req.response_schema), "response_format")
         return Grammar(f"{prefix}(?:{answer}|{calls})", None)
-    if mixes and not req.thinking:
+    if mixes and req.thinking is not True:
         return Grammar(calls, fmt.call_trigger)
     content: str = fam.content(fmt)
     if not mixes:
@@ -103,18 +104,19 @@ def _auto(fmt: ToolCallFormat, fam: ModuleType, req: GrammarRequest, prefix: str
 
 
 @functools.cache
-def free_text(format: str, trigger: bytes) -> FreeText:
+def free_text(format: str, trigger: bytes, *, may_open: bool = True) -> FreeText:
     """The rules of a lazy row's text before `trigger` in `format`: content may not hold
     what the family's eager content grammar keeps out (`content_markers`); where the family
-    reads a reasoning block the model opens itself, the output may open one at its start,
-    holding none of `reasoning_markers`. A format that is unknown or not lazy with this
-    trigger gets the trigger alone (no other rule)."""
+    reads a reasoning block the model opens itself, and `may_open` (the prompt closed no
+    block: GrammarRequest.thinking None), the output may open one at its start, holding none
+    of `reasoning_markers`. A format that is unknown or not lazy with this trigger gets the
+    trigger alone (no other rule)."""
     fmt = FORMATS.get(format)
     if fmt is None or fmt.call_trigger.encode() != trigger or not getattr(family(fmt), "lazy_ok", lambda f: True)(fmt):
         return FreeText(trigger)
     fam = family(fmt)
     content = [m.encode() for m in fam.content_markers(fmt)]
-    if not getattr(fam, "leading_reasoning", lambda f: "")(fmt):
+    if not may_open or not getattr(fam, "leading_reasoning", lambda f: "")(fmt):
         return FreeText(trigger, content)
     assert fmt.reasoning_open is not None and fmt.reasoning_close is not None
     reasoning = [m.encode() for m in fam.reasoning_markers(fmt)]

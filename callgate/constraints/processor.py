@@ -10,8 +10,9 @@ turns that name into a lazy row's free-text rules), schemas, HTTP.
 class.
 
 A request is constrained when `SamplingParams.extra_args["callgate"]` holds
-`{"key": str, "regex": str, "trigger": str | None, "index_path": str | None, ...}` (a
-ConstraintRef's fields; optionally `"budget_closing": bool | None`, default on). Its
+`{"key": str, "regex": str, "trigger": str | None, "index_path": str | None, "thinking":
+bool | None, ...}` (a ConstraintRef's fields; optionally `"budget_closing": bool | None`,
+default on). Its
 Index comes from callgate.constraints.cache: vLLM's engine core is another process than
 the server's, so on a memory miss it is loaded from
 `index_path`, the file the server wrote when it compiled the grammar (milliseconds), and
@@ -21,7 +22,8 @@ or corrupt.
 Lazy mode (`trigger` set): `regex` describes the text *from the trigger on* (see
 grammar.py). Until the generated text contains the trigger the row is free text, held
 only to its format's free-text rules (grammar.free_text, found by the format name the
-grammar key begins with; a key naming no format gets the trigger alone): the markers the
+grammar key begins with; a key naming no format gets the trigger alone; a leading
+reasoning block only where `thinking` is null, i.e. the prompt closed none): the markers the
 strict parser rejects in content (control tokens, stray call tags) are masked where a
 token would complete one (late_trigger.py; most free-text tokens are skipped with one
 byte lookup, and a row is masked in a step only where its state bans a token).
@@ -118,6 +120,7 @@ class RowSpec:
     trigger: bytes | None
     index_path: str | None = None
     budget_closing: bool = True
+    thinking: bool | None = None  # GrammarRequest.thinking: False, the prompt closed a block
 
 
 def row_spec(extra_args: Mapping[str, Any] | None) -> RowSpec | None:
@@ -135,10 +138,12 @@ def row_spec(extra_args: Mapping[str, Any] | None) -> RowSpec | None:
     path = raw.get("index_path")
     if path is not None and (not isinstance(path, str) or not path):
         raise ValueError(f'extra_args["{EXTRA_ARGS_KEY}"]["index_path"] must be a non-empty string or null')
-    closing = raw.get("budget_closing")
-    if closing is not None and not isinstance(closing, bool):
-        raise ValueError(f'extra_args["{EXTRA_ARGS_KEY}"]["budget_closing"] must be a boolean or null')
-    return RowSpec(key, regex, trigger.encode() if trigger is not None else None, path, closing is not False)
+    closing, thinking = raw.get("budget_closing"), raw.get("thinking")
+    for name, flag in (("budget_closing", closing), ("thinking", thinking)):
+        if flag is not None and not isinstance(flag, bool):
+            raise ValueError(f'extra_args["{EXTRA_ARGS_KEY}"]["{name}"] must be a boolean or null')
+    encoded = trigger.encode() if trigger is not None else None
+    return RowSpec(key, regex, encoded, path, closing is not False, thinking)
 
 
 def walk_text(guide: Any, index: Any, data: bytes, table: TokenTable) -> bool:
@@ -495,7 +500,7 @@ class ConstrainedBatch:
             if spec.trigger is None:
                 return Row(spec, index, output_ids, budget)
             # keys begin with the format's name (request.py); quick heads and tests' keys name none
-            rules = free_text(spec.key.partition(":")[0], spec.trigger)
+            rules = free_text(spec.key.partition(":")[0], spec.trigger, may_open=spec.thinking is None)
             row = Row(spec, index, output_ids, budget, rules, self.guard.marks(rules))
             row.judge(self.guard)
             if row.closing and row.max_tokens is not None:

@@ -18,9 +18,16 @@ from callgate.errors import InvalidRequestError
 from callgate.strict_tools import strict_schema
 
 Mode = Literal["none", "auto", "required", "named", "response_format"]
+# What the prompt did with the format's reasoning block: True opened it (the output starts
+# inside it and must close it); False closed an (empty) one (Qwen3's enable_thinking=False:
+# the output may open none); None neither (no switch: where the family reads one, the model
+# may open a block itself at the start of its output, as Qwen3 does unasked).
+Thinking = bool | None
 # 2: JSON-call arguments admit only objects (`parameters: {}` allowed any value)
 # 3: an array schema with `minItems` above `maxItems: 0` admits no array (it admitted `[]`)
-GRAMMAR_VERSION = 3
+# 4: `thinking` is three-valued; false (the prompt closed a reasoning block) admits no
+#    leading block, where it meant "no switch" (a leading block allowed) before
+GRAMMAR_VERSION = 4
 _NO_PARAMETERS: Mapping[str, Any] = {"type": "object", "properties": {}}
 
 
@@ -39,14 +46,15 @@ class ToolSpec:
 class GrammarRequest:
     """A normalised request. `tools` holds only the callable tools (the named one for
     `named`); `response_schema` is the JSON schema of the content (json_object: `{"type":
-    "object"}`), None for free text."""
+    "object"}`), None for free text. `thinking` is what the prompt did with the format's
+    reasoning block (a `Thinking`)."""
 
     format: str
     mode: Mode
     tools: tuple[ToolSpec, ...]
     parallel: bool
     response_schema: Mapping[str, Any] | None
-    thinking: bool
+    thinking: Thinking
 
     def key(self) -> str:
         """Canonical cache key: equal requests (as far as the grammar can tell) share it.
@@ -128,7 +136,7 @@ def grammar_request(
     parallel_tool_calls: bool | None,
     response_format: Any,
     *,
-    thinking: bool = False,
+    thinking: Thinking = None,
 ) -> GrammarRequest | None:
     """Normalise; None when nothing constrains the output (free text, no tools).
 

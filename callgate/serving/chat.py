@@ -46,7 +46,14 @@ from callgate.errors import (
 )
 from callgate.serving import audit, sse
 from callgate.serving.audit import AuditLog
-from callgate.serving.conform import call_id_factory, conform_call_ids, conform_chat, parser_tools
+from callgate.serving.conform import (
+    call_id_factory,
+    conform_call_ids,
+    conform_chat,
+    grammar_thinking,
+    parser_tools,
+    stops_outside_markup,
+)
 from callgate.serving.engine import ConstraintRef, Engine, GenerationRequest, SamplingParams
 from callgate.serving.handoff import (
     ADVISORY_CODES,
@@ -306,8 +313,8 @@ class ChatService:
         fmt = self.settings.format
         parser = parsers.stream_parser(fmt, parser_tools(req), thinking=req.thinking, call_ids=call_id_factory(fmt))
         request_id = f"{turn.completion_id}-{rnd.index}"
-        # Where calls may be written, stop strings end only the text outside them (stop_filter.py).
-        stops = StopFilter(req.stop) if req.stop and req.tools and req.tool_choice != "none" else None
+        # Where calls or reasoning may be written, stop strings end only the text (stop_filter.py).
+        stops = StopFilter(req.stop) if stops_outside_markup(fmt, req) else None
         engine_stop = () if stops is not None else req.stop
         sampling = SamplingParams(
             prompt.max_tokens,
@@ -399,7 +406,7 @@ class ChatService:
             req.response_format,
             self._vocabulary,
             eos_token_id=self.engine.tokenizer.eos_token_id,
-            thinking=req.thinking,
+            thinking=grammar_thinking(self.settings.format, req),
             timeout_s=self.settings.limits.grammar_timeout_s,
         )
         ref: ConstraintRef | None = None if constraint is None else constraint.ref()

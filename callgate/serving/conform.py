@@ -5,7 +5,9 @@ Knows: how the client's reasoning switch (`chat_template_kwargs.enable_thinking`
 alias `thinking`) maps onto the render options of each format — on opens the format's
 reasoning block (refused, 400, where the format has none); off is Qwen3's
 `enable_thinking=False` for the Qwen3 ChatML framing (`reasoning_effort="none"`: an empty,
-closed think block) and the plain non-reasoning prompt elsewhere; and which tools the
+closed think block) and the plain non-reasoning prompt elsewhere, and what that prompt
+did with the block for the grammar (opened, closed, neither: `grammar_thinking`); where
+stop strings are applied (`stops_outside_markup`); and which tools the
 parser and grammar are told about (the tools the prompt shows, `()` when none: "no tools"
 is not "tools unknown", which would let llama3-json read a JSON answer as a call); and call ids for formats whose
 spec fixes their form (`call_id_pattern`: mistral's 9 letters/digits): fresh ids in that
@@ -70,9 +72,33 @@ def reasoning_options(fmt: str, switch: ThinkingSwitch | None, effort: str | Non
     return False, effort
 
 
+def grammar_thinking(fmt: str, req: ChatRequest) -> bool | None:
+    """What the prompt of a conformed `req` did with the format's reasoning block, for the
+    grammar (constraints.request `Thinking`): True opened it; False closed an empty one —
+    the Qwen3 framing's `reasoning_effort="none"` (the switch off), after which the model
+    may open no other; None otherwise (no switch: the model may open one itself where the
+    format reads one). Other formats' prompts open no block to close when the switch is
+    off (dsml closes one with or without it), so their grammars stay as without a switch."""
+    if req.thinking:
+        return True
+    if req.reasoning_effort == "none" and get_format(fmt).framing == QWEN3:
+        return False
+    return None
+
+
 def parser_tools(req: ChatRequest) -> tuple[Mapping[str, Any], ...]:
     """The tools the prompt shows: none under tool_choice `none`, `()` when none were given."""
     return () if req.tool_choice == "none" else tuple(req.tools or ())
+
+
+def stops_outside_markup(fmt: str, req: ChatRequest) -> bool:
+    """Whether callgate applies the request's stop strings itself, to the text between the
+    format's markup (serving/stop_filter.py), rather than the engine to all the output: when
+    the output may hold a call (the prompt shows tools) or a reasoning block (the format
+    reads one; Qwen3 opens its own unasked). An engine stop string matching inside reasoning
+    would leave the block unterminated; the filter ends the turn with the reasoning so far."""
+    calls = bool(parser_tools(req))
+    return bool(req.stop) and (calls or get_format(fmt).reasoning_open is not None)
 
 
 # ---- call ids -----------------------------------------------------------------------------

@@ -5,11 +5,14 @@ engines or HTTP.
 
 Why not the engine's own stop strings: vLLM applies them to the whole output, so a stop
 string that occurs in a call's markup or arguments (`"\\n"` in hermes' `<tool_call>\\n{`,
-`"}"`, a city name) would cut the call and leave an unreadable block. OpenAI applies stop
-sequences to the generated text and never cuts a tool call; so when calls may be written,
-the engine gets no stop strings and this filter ends the output at the first stop string
-in content or reasoning. Text that may be the start of a stop string is held back until
-it is known not to be one (a stop string can span deltas, not a call or a block boundary).
+`"}"`, a city name) would cut the call and leave an unreadable block; one inside a reasoning
+block would leave it unterminated (`missing_think_end`). OpenAI applies stop sequences to
+the generated text and never cuts a tool call; so when calls or reasoning may be written
+(serving/conform.py `stops_outside_markup`), the engine gets no stop strings and this
+filter ends the output at the first stop string in content or reasoning: one in reasoning
+ends the turn with the reasoning so far, as `max_tokens` does there. Text that may be the
+start of a stop string is held back until it is known not to be one (a stop string can
+span deltas, not a call or a block boundary).
 """
 
 from __future__ import annotations
