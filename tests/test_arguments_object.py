@@ -80,7 +80,7 @@ def test_combined_parameters_keep_only_their_object_branches(schema: Mapping[str
     assert c is not None and re.fullmatch(c.regex, call("hermes", '{"a": 1}'))
     for not_object in ['"a"', "1", "[]", "[1]", "{}"]:
         assert not re.fullmatch(c.regex, call("hermes", not_object)), not_object
-    assert object_regex(schema) == object_regex(schema, path="tools/f/parameters")
+    assert object_regex(schema) == object_regex(schema, path="tools[0].function.parameters")
 
 
 @pytest.mark.parametrize(
@@ -89,7 +89,7 @@ def test_combined_parameters_keep_only_their_object_branches(schema: Mapping[str
 def test_parameters_with_no_object_are_refused(schema: Mapping[str, Any]) -> None:
     with pytest.raises(SchemaTooComplexError, match="admits no JSON object") as exc:
         constraints.build("hermes", [tool(schema)], "required", False, None, None)
-    assert exc.value.param == "tools/f/parameters"
+    assert exc.value.param == "tools[0].function.parameters"
 
 
 # ---- through the app ---------------------------------------------------------------------------

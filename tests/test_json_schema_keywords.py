@@ -31,7 +31,7 @@ from callgate.serving.app import create_app
 from callgate.serving.fake_engine import FakeEngine
 from callgate.serving.validation import JsonSchemaValidator
 from tests.test_server_app import MODEL, make_settings
-from tests.test_strict_grammar import HUGE_NUMBER, ByteSampler, byte_vocabulary
+from tests.test_strict_grammar import ByteSampler, byte_vocabulary
 
 INT, STR, NULL, BOOL = {"type": "integer"}, {"type": "string"}, {"type": "null"}, {"type": "boolean"}
 EXACT = [
@@ -105,8 +105,6 @@ def test_sampled_texts_validate(strict: bool) -> None:
     for i in range(40):
         text = sampler.sample(budget=20 + (i % 8) * 25)
         result = parse("hermes", text + get_format("hermes").eos, tools)
-        if any(HUGE_NUMBER.search(d.message) for d in result.diagnostics):
-            continue
         assert result.diagnostics == (), (text, result.diagnostics)
         if strict:
             [call] = result.candidates
@@ -161,6 +159,7 @@ def test_refusals_name_what_the_grammar_enforces(schema: dict[str, Any], keyword
     with pytest.raises(SchemaTooComplexError) as err:
         schema_regex({"type": "object", "properties": {"x": schema}})
     message = err.value.message
-    assert message.startswith(f"schema keyword {keyword!r} at /properties/x"), message
+    assert message.startswith(f"schema keyword {keyword!r} at properties.x"), message
+    assert err.value.param == "properties.x"
     assert "is not supported by the grammar, which enforces $ref, additionalProperties, allOf" in message
     assert "prefixItems" in message and "unevaluatedProperties" in message

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from callgate.constraints.json_schema import ordered_members
+from callgate.constraints.json_schema import at, ordered_members, tool_param
 from callgate.constraints.request import ToolSpec
 from callgate.constraints.text import alternation, literal, text_without
 from callgate.constraints.values import check_whole, json_values, raw_string, resolve, split_string
@@ -61,11 +61,11 @@ def _invoke(fmt: ToolCallFormat, tool: ToolSpec) -> str:
 
 
 def _params(fmt: ToolCallFormat, tool: ToolSpec) -> str:
-    path = f"tools/{tool.name}/parameters"
+    path = tool_param(tool.index)
     props, required = object_properties(tool.parameters, path)
     members = []
     for key, schema in props.items():
-        rx = _param(fmt, key, schema, tool.parameters, f"{path}/properties/{key}")
+        rx = _param(fmt, key, schema, tool.parameters, at(path, "properties", key))
         if rx is None:
             if key in required:
                 raise SchemaTooComplexError(f"required parameter {key!r} at {path} admits no value", param=path)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from callgate.constraints.json_schema import WS, Context, const_regex, object_regex
+from callgate.constraints.json_schema import WS, Context, const_regex, object_regex, tool_param
 from callgate.constraints.request import ToolSpec
 from callgate.constraints.text import alternation, literal, text_without
 from callgate.formats import ToolCallFormat
@@ -19,7 +19,7 @@ from callgate.formats import ToolCallFormat
 
 def _arguments(tool: ToolSpec) -> str:
     schema = tool.parameters
-    return object_regex(schema, Context(root=schema), f"tools/{tool.name}/parameters")
+    return object_regex(schema, Context(root=schema), tool_param(tool.index))
 
 
 def _key(name: str) -> str:

@@ -2,7 +2,8 @@
 
 Knows: a subset of Draft 2020-12 that it can enforce exactly or more strictly, and the JSON
 lexical grammar (RFC 8259) as Python's `json.dumps` writes it and `json.loads` reads it.
-Does not know: formats, tools or vocabularies.
+Does not know: formats or vocabularies; of tools only how a refusal names a tool's schema
+(`tool_param`, an OpenAI-style `param` built with `at`).
 
 Why not `outlines_core.json_schema.build_regex_from_schema`: checked on outlines-core
 0.2.14, it silently ignores `minimum`/`maximum`/`multipleOf`/`uniqueItems`/
@@ -25,6 +26,8 @@ Deliberately stricter than the schema (documented, never weaker):
   branch (the validator also accepts keys spread over several valid branches);
 * whitespace is at most one space around `:` and `,` (what `json.dumps` writes, or none);
 * strings never hold `\\u` escapes of surrogates; integers have no fraction or exponent;
+* a number has at most `MAX_INTEGER_DIGITS` digits before its point and an exponent that
+  keeps it below 1e308 (see NUMBER; the parsers refuse a number past a double's 1.8e308);
 * recursive `$ref` is unrolled `REF_DEPTH` times;
 * `format` is an annotation in 2020-12; `date`, `time`, `date-time` and `uuid` are
   enforced anyway, other formats are left unchecked (as a 2020-12 validator does).
@@ -41,6 +44,7 @@ from typing import Any
 
 from callgate.constraints.text import alternation, literal
 from callgate.errors import SchemaTooComplexError
+from callgate.schema_ref import RefError, ref_target
 
 GENERIC_DEPTH = 1
 REF_DEPTH = 3
@@ -56,8 +60,21 @@ _HEX = "[0-9a-fA-F]"
 _U_ESCAPE = r"u(?:[0-9a-cA-C]" + _HEX + "{3}|[dD][0-7]" + _HEX + "{2}|[e-fE-F]" + _HEX + "{3})"
 STRING_CHAR = r'(?:[^"\\\x00-\x1F]|\\(?:["\\/bfnrt]|' + _U_ESCAPE + "))"
 STRING = f'"{STRING_CHAR}*"'
-INTEGER = "-?(?:0|[1-9][0-9]*)"
-NUMBER = INTEGER + r"(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?"
+# Numbers the strict parsers hold (parsers/json_scan.py, qwen3_xml_values.py): an integer
+# within Python's int-parsing limit, a float that stays finite (unbounded, `1e999` or 400
+# digits and `.0` overflow, and the parser refuses the call). A number has at most
+# MAX_INTEGER_DIGITS before its point. One digit there (how `json.dumps` writes a float in
+# exponent form) takes an exponent up to 307, or down to -999 (which reads as 0.0); more
+# digits take an exponent of two digits. So the largest number is below 1e308 (a double
+# reaches 1.8e308), and `json.dumps` of any double below 1e308 is written. Each bound costs
+# DFA states in every place a number may stand (measured: 40 byte states, were 8).
+MAX_INTEGER_DIGITS = 20  # 2**64 has 20 digits
+INTEGER = f"-?(?:0|[1-9][0-9]{{0,{MAX_INTEGER_DIGITS - 1}}})"
+_FRACTION = r"(?:\.[0-9]+)?"
+_EXPONENT = r"(?:[eE](?:\+?(?:[0-9]{1,2}|[0-2][0-9]{2}|30[0-7])|-[0-9]{1,3}))?"
+NUMBER = (
+    f"-?(?:[0-9]{_FRACTION}{_EXPONENT}|[1-9][0-9]{{1,{MAX_INTEGER_DIGITS - 1}}}{_FRACTION}(?:[eE][+-]?[0-9]{{1,2}})?)"
+)
 BOOLEAN = "(?:true|false)"
 NULL = "null"
 
@@ -83,6 +100,8 @@ _BY_TYPE: Mapping[str, frozenset[str]] = {
 _GENERAL = frozenset({"type", "enum", "const", "anyOf", "oneOf", "allOf", "$ref", "unevaluatedProperties"})
 # keywords that may stand next to `$ref` or to the combinators (they apply in place)
 _IN_PLACE = frozenset({"unevaluatedProperties"})
+# keywords that `type` beside them narrows (see _narrowed)
+_APPLIED = frozenset({"const", "enum", "anyOf", "oneOf", "allOf"})
 _KINDS = ("null", "boolean", "object", "array", "number", "string")
 # a schema with a keyword the grammar cannot enforce is refused, never constrained less
 _UNSUPPORTED = "is not supported by the grammar, which enforces " + ", ".join(
@@ -90,33 +109,65 @@ _UNSUPPORTED = "is not supported by the grammar, which enforces " + ", ".join(
 )
 
 
+def at(path: str, *parts: str | int) -> str:
+    """`path` followed by `parts` as an OpenAI-style `param`, as every other 400 names its
+    place: `.name` for a keyword or a property, `[i]` for an index
+    (`tools[0].function.parameters.properties.x.anyOf[1]`)."""
+    for part in parts:
+        path = f"{path}[{part}]" if isinstance(part, int) else (f"{path}.{part}" if path else part)
+    return path
+
+
+def tool_param(index: int) -> str:
+    """The `param` of the parameter schema of the request's `index`-th tool."""
+    return f"tools[{index}].function.parameters"
+
+
 def _too_complex(path: str, keyword: str, why: str) -> SchemaTooComplexError:
-    return SchemaTooComplexError(f"schema keyword {keyword!r} at {path or '/'} {why}", param=path or None)
+    return SchemaTooComplexError(f"schema keyword {keyword!r} at {path or 'the schema root'} {why}", param=path or None)
 
 
 @dataclass(frozen=True, slots=True)
 class Context:
-    """The root schema (for `$ref`), the remaining depth budgets, and whether an
-    `unevaluatedProperties: false` closes the object of the schema at hand (it reaches
-    through in-place applicators, never into property or item values)."""
+    """The root schema (for `$ref`), the remaining depth budgets, whether an
+    `unevaluatedProperties: false` closes the object of the schema at hand, and the types a
+    `type` beside `const`/`enum`/`anyOf`/`oneOf`/`allOf` allows it (None: any). Both reach
+    through in-place applicators, never into property or item values."""
 
     root: Mapping[str, Any]
     generic_depth: int = GENERIC_DEPTH
     ref_depth: int = REF_DEPTH
     closed: bool = False
+    types: frozenset[str] | None = None
 
 
 def generic_value(depth: int = GENERIC_DEPTH, *, closed: bool = False) -> str:
     """Any JSON value with containers nested at most `depth` deep (`closed`: an object
     value is `{}`, its nested values stay free)."""
-    scalar = alternation([STRING, NUMBER, BOOLEAN, NULL])
+    rx = _generic(depth, closed, None)
+    assert rx is not None
+    return rx
+
+
+def _generic(depth: int, closed: bool, types: frozenset[str] | None) -> str | None:
+    """`generic_value` of the given types only (None: all); None when there are none."""
+
+    def wanted(kind: str) -> bool:
+        return types is None or kind in types
+
+    number = NUMBER if wanted("number") else INTEGER
+    kinds = (("string", STRING), ("number", number), ("boolean", BOOLEAN), ("null", NULL))
+    scalars = [rx for kind, rx in kinds if wanted(kind) or (kind == "number" and wanted("integer"))]
+    scalar = alternation(scalars) if scalars else None
     if depth <= 0:
         return scalar
     inner = generic_value(depth - 1)
-    array = rf"\[{WS}(?:{inner}(?:{WS},{WS}{inner})*)?{WS}\]"
     member = f"{STRING}{WS}:{WS}{inner}"
+    array = rf"\[{WS}(?:{inner}(?:{WS},{WS}{inner})*)?{WS}\]"
     obj = rf"\{{{WS}\}}" if closed else rf"\{{{WS}(?:{member}(?:{WS},{WS}{member})*)?{WS}\}}"
-    return alternation([scalar, array, obj])
+    alts = [] if scalar is None else [scalar]
+    alts += [rx for rx, kind in ((array, "array"), (obj, "object")) if wanted(kind)]
+    return alternation(alts) if alts else None
 
 
 def with_closure(target: Any, outer: Mapping[str, Any]) -> Any:
@@ -138,12 +189,20 @@ def with_closure(target: Any, outer: Mapping[str, Any]) -> Any:
 
 def _values(ctx: Context) -> Context:
     """The context of a property or item value: `unevaluatedProperties` does not reach it."""
-    return replace(ctx, closed=False) if ctx.closed else ctx
+    return replace(ctx, closed=False, types=None) if ctx.closed or ctx.types is not None else ctx
 
 
 def const_regex(value: Any) -> str:
-    """The JSON text `json.dumps` writes for `value`."""
-    return literal(json.dumps(value, ensure_ascii=False))
+    """The JSON text `json.dumps` writes for `value`. Raises ValueError for a NaN or an
+    infinity (a number outside a double's range in the request), which JSON cannot write."""
+    return literal(json.dumps(value, ensure_ascii=False, allow_nan=False))
+
+
+def _value_regex(value: Any, path: str, keyword: str) -> str:
+    try:
+        return const_regex(value)
+    except ValueError:
+        raise _too_complex(path, keyword, "holds a number outside a double's range, which JSON cannot write") from None
 
 
 def schema_regex(schema: Any, ctx: Context | None = None, path: str = "") -> str:
@@ -152,11 +211,17 @@ def schema_regex(schema: Any, ctx: Context | None = None, path: str = "") -> str
     Raises SchemaTooComplexError naming the first keyword it cannot enforce, or when the
     schema admits no value it can produce.
     """
-    ctx = ctx or Context(root=schema if isinstance(schema, Mapping) else {})
-    rx = _regex(schema, ctx, path)
+    rx = value_regex(schema, ctx, path)
     if rx is None:
         raise _too_complex(path, "$ref", "admits no value within the grammar's depth bounds")
     return rx
+
+
+def value_regex(schema: Any, ctx: Context | None = None, path: str = "") -> str | None:
+    """`schema_regex`, or None when the schema admits no value (a part of a schema, such as
+    its non-string values, may have none)."""
+    ctx = ctx or Context(root=schema if isinstance(schema, Mapping) else {})
+    return _regex(schema, ctx, path)
 
 
 def object_regex(schema: Any, ctx: Context | None = None, path: str = "") -> str:
@@ -170,7 +235,7 @@ def object_regex(schema: Any, ctx: Context | None = None, path: str = "") -> str
     ctx = ctx or Context(root=schema if isinstance(schema, Mapping) else {})
     rx = _regex(_objects_only(schema, ctx, path, ctx.ref_depth), ctx, path)
     if rx is None:
-        where = path or "/"
+        where = path or "the schema root"
         raise SchemaTooComplexError(
             f"schema at {where} admits no JSON object; arguments are always one", param=path or None
         )
@@ -187,10 +252,10 @@ def _objects_only(schema: Any, ctx: Context, path: str, ref_depth: int) -> Any:
     _check_keywords(schema, path)
     if "$ref" in schema:
         target = with_closure(_ref_target(schema["$ref"], ctx, path), schema)
-        return _objects_only(target, ctx, f"{path}/$ref", ref_depth - 1) if ref_depth > 0 else False
+        return _objects_only(target, ctx, at(path, "$ref"), ref_depth - 1) if ref_depth > 0 else False
     for key in ("anyOf", "oneOf", "allOf"):
         if isinstance(schema.get(key), list):
-            narrowed = [_objects_only(b, ctx, f"{path}/{key}/{i}", ref_depth) for i, b in enumerate(schema[key])]
+            narrowed = [_objects_only(b, ctx, at(path, key, i), ref_depth) for i, b in enumerate(schema[key])]
             kept = narrowed if key == "allOf" else [b for b in narrowed if b is not False]
             return {**schema, key: kept} if kept else False
     if "const" in schema:
@@ -210,13 +275,13 @@ def _regex(schema: Any, ctx: Context, path: str) -> str | None:
     21 MB of regex, minutes of DFA building; 30 levels would not fit in memory)."""
     rx = _build(schema, ctx, path)
     if rx is not None and len(rx) > MAX_REGEX_CHARS:
-        raise _too_complex(path or "/", "schema", f"makes a grammar of over {MAX_REGEX_CHARS} characters; simplify it")
+        raise _too_complex(path, "schema", f"makes a grammar of over {MAX_REGEX_CHARS} characters; simplify it")
     return rx
 
 
 def _build(schema: Any, ctx: Context, path: str) -> str | None:
     if schema is True or schema == {}:
-        return generic_value(ctx.generic_depth, closed=ctx.closed)
+        return _generic(ctx.generic_depth, ctx.closed, ctx.types)
     if schema is False:
         return None
     if not isinstance(schema, Mapping):
@@ -226,12 +291,15 @@ def _build(schema: Any, ctx: Context, path: str) -> str | None:
         closes = schema["unevaluatedProperties"] is False
         rest = {k: v for k, v in schema.items() if k != "unevaluatedProperties"}
         return _regex(rest, replace(ctx, closed=closes), path)
+    if "type" in schema and schema.keys() & _APPLIED:
+        return _narrowed(schema, ctx, path)
     if "$ref" in schema:
         return _ref(schema, ctx, path)
     if "allOf" in schema:
         return _all_of(schema, ctx, path)
     if "const" in schema:
-        return None if _unevaluated(schema["const"], ctx) else const_regex(schema["const"])
+        value = schema["const"]
+        return None if _unevaluated(value, ctx) or not _fits(value, ctx) else _value_regex(value, path, "const")
     if "enum" in schema:
         return _enum(schema, ctx, path)
     if "anyOf" in schema or "oneOf" in schema:
@@ -265,7 +333,39 @@ def declared_types(schema: Mapping[str, Any], path: str) -> list[str]:
     return types
 
 
+def _narrowed(schema: Mapping[str, Any], ctx: Context, path: str) -> str | None:
+    """A `type` beside `const`/`enum`/`anyOf`/`oneOf`/`allOf`: both apply, so the rest of the
+    schema is built for the declared types only (exact: a value must satisfy both)."""
+    types = _meet(ctx.types, declared_types(schema, path))
+    rest = {k: v for k, v in schema.items() if k != "type"}
+    return _regex(rest, replace(ctx, types=types), path)
+
+
+def _meet(outer: frozenset[str] | None, declared: Sequence[str]) -> frozenset[str]:
+    """The types allowed by both (an integer is a number)."""
+    if outer is None:
+        return frozenset(declared)
+    both = set(outer) & set(declared)
+    if ("integer" in outer and "number" in declared) or ("number" in outer and "integer" in declared):
+        both.add("integer")
+    return frozenset(both)
+
+
+def _fits(value: Any, ctx: Context) -> bool:
+    """Whether a `const`/`enum` value is of the types the context allows. For `integer`, a
+    whole float (`2.0`) is left out: stricter, as the qwen3-xml parser reads no point there."""
+    if ctx.types is None:
+        return True
+    kind = _kind_of(value)
+    if kind == "number" and "number" not in ctx.types:
+        return isinstance(value, int) and "integer" in ctx.types
+    return kind in ctx.types
+
+
 def _typed(schema: Mapping[str, Any], types: list[str], ctx: Context, path: str) -> str | None:
+    if ctx.types is not None:
+        met = _meet(ctx.types, types)
+        types = [t for t in types if t in met] + sorted(met - set(types))
     if set(types) >= {"integer", "number"}:
         types = [t for t in types if t != "integer"]
     builders: dict[str, Callable[[], str | None]] = {
@@ -313,8 +413,8 @@ def _enum(schema: Mapping[str, Any], ctx: Context, path: str) -> str | None:
     values = schema["enum"]
     if not isinstance(values, list) or not values:
         raise _too_complex(path, "enum", "must be a non-empty array")
-    kept = [v for v in values if not _unevaluated(v, ctx)]
-    return alternation(const_regex(v) for v in kept) if kept else None
+    kept = [v for v in values if not _unevaluated(v, ctx) and _fits(v, ctx)]
+    return alternation(_value_regex(v, path, "enum") for v in kept) if kept else None
 
 
 def _unevaluated(value: Any, ctx: Context) -> bool:
@@ -327,7 +427,7 @@ def _all_of(schema: Mapping[str, Any], ctx: Context, path: str) -> str | None:
     parts = schema["allOf"]
     if not isinstance(parts, list) or len(parts) != 1:
         raise _too_complex(path, "allOf", f"with more than one schema (an intersection) {_UNSUPPORTED}")
-    return _regex(parts[0], ctx, f"{path}/allOf/0")
+    return _regex(parts[0], ctx, at(path, "allOf", 0))
 
 
 def _kinds(schema: Any) -> frozenset[str] | None:
@@ -363,7 +463,7 @@ def _any_of(schema: Mapping[str, Any], ctx: Context, path: str) -> str | None:
         raise _too_complex(path, key, "must be a non-empty array")
     if key == "oneOf":
         _check_disjoint(branches, path)
-    alts = [rx for i, b in enumerate(branches) if (rx := _regex(b, ctx, f"{path}/{key}/{i}")) is not None]
+    alts = [rx for i, b in enumerate(branches) if (rx := _regex(b, ctx, at(path, key, i))) is not None]
     return alternation(alts) if alts else None
 
 
@@ -382,19 +482,14 @@ def _ref(schema: Mapping[str, Any], ctx: Context, path: str) -> str | None:
     if ctx.ref_depth <= 0:
         return None
     inner = replace(ctx, ref_depth=ctx.ref_depth - 1)
-    return _regex(_ref_target(schema["$ref"], ctx, path), inner, f"{path}/$ref")
+    return _regex(_ref_target(schema["$ref"], ctx, path), inner, at(path, "$ref"))
 
 
 def _ref_target(ref: Any, ctx: Context, path: str) -> Any:
-    if not isinstance(ref, str) or not ref.startswith("#"):
-        raise _too_complex(path, "$ref", f"to a remote document {_UNSUPPORTED}")
-    target: Any = ctx.root
-    for part in filter(None, ref[1:].split("/")):
-        part = part.replace("~1", "/").replace("~0", "~")
-        if not isinstance(target, Mapping) or part not in target:
-            raise _too_complex(path, "$ref", f"{ref!r} does not resolve")
-        target = target[part]
-    return target
+    try:
+        return ref_target(ref, ctx.root)
+    except RefError as exc:
+        raise _too_complex(path, "$ref", f"to a remote document {_UNSUPPORTED}" if exc.remote else str(exc)) from None
 
 
 def _array(schema: Mapping[str, Any], ctx: Context, path: str) -> str | None:
@@ -411,11 +506,11 @@ def _array(schema: Mapping[str, Any], ctx: Context, path: str) -> str | None:
     inner = _values(ctx)
     slots: list[str] = []
     for i, sub in enumerate(prefix):
-        rx = _regex(sub, inner, f"{path}/prefixItems/{i}")
+        rx = _regex(sub, inner, at(path, "prefixItems", i))
         if rx is None:
             break
         slots.append(rx)
-    items = _regex(schema.get("items", True), inner, f"{path}/items") if len(slots) == len(prefix) else None
+    items = _regex(schema.get("items", True), inner, at(path, "items")) if len(slots) == len(prefix) else None
     longest = len(slots) if items is None else None
     if hi is not None:
         longest = hi if longest is None else min(hi, longest)
@@ -458,7 +553,7 @@ def _object(schema: Mapping[str, Any], ctx: Context, path: str) -> str | None:
         raise _too_complex(path, "required", f"names undeclared properties {missing!r}")
     members: list[tuple[str, bool]] = []
     for name, sub in props.items():
-        rx = _regex(sub, _values(ctx), f"{path}/properties/{name}")
+        rx = _regex(sub, _values(ctx), at(path, "properties", name))
         if rx is None:
             if name in required:
                 return None
@@ -469,7 +564,7 @@ def _object(schema: Mapping[str, Any], ctx: Context, path: str) -> str | None:
 
 def _free_object(schema: Mapping[str, Any], ctx: Context, path: str) -> str | None:
     extra = schema.get("additionalProperties", not ctx.closed)
-    value = _regex(extra, _values(ctx), f"{path}/additionalProperties")
+    value = _regex(extra, _values(ctx), at(path, "additionalProperties"))
     if value is None:
         return rf"\{{{WS}\}}"
     member = f"{STRING}{WS}:{WS}{value}"

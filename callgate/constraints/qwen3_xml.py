@@ -13,7 +13,15 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from callgate.constraints.dsml import object_properties
-from callgate.constraints.json_schema import INTEGER, NUMBER, Context, ordered_members, schema_regex
+from callgate.constraints.json_schema import (
+    INTEGER,
+    NUMBER,
+    Context,
+    at,
+    ordered_members,
+    tool_param,
+    value_regex,
+)
 from callgate.constraints.request import ToolSpec
 from callgate.constraints.text import alternation, literal, text_without
 from callgate.constraints.values import check_whole, raw_string, resolve, split_string
@@ -58,11 +66,11 @@ def _call(fmt: ToolCallFormat, tool: ToolSpec) -> str:
     m = fmt.markers
     head = literal(m["call_open"] + "\n" + m["function_open"] + tool.name + m["tag_end"] + "\n")
     tail = literal(m["function_close"] + "\n" + m["call_close"])
-    path = f"tools/{tool.name}/parameters"
+    path = tool_param(tool.index)
     props, required = object_properties(tool.parameters, path)
     members = []
     for key, schema in props.items():
-        value = _value(fmt, schema, tool.parameters, f"{path}/properties/{key}")
+        value = _value(fmt, schema, tool.parameters, at(path, "properties", key))
         param = literal(m["parameter_open"] + key + m["tag_end"] + "\n") + value
         members.append((param + literal("\n" + m["parameter_close"] + "\n"), key in required))
     return head + ordered_members(members, "") + tail
@@ -81,15 +89,18 @@ def _value(fmt: ToolCallFormat, schema: Any, root: Mapping[str, Any], path: str)
             )
         return raw_string(strings, _value_markers(fmt), "", path)
     types = [declared] if isinstance(declared, str) else list(declared)
-    return alternation(_typed(fmt, schema, t, root, path) for t in types)
+    alts = [rx for t in types if (rx := _typed(fmt, schema, t, root, path)) is not None]
+    if not alts:
+        raise SchemaTooComplexError(f"parameter at {path} admits no value", param=path)
+    return alternation(alts)
 
 
-def _typed(fmt: ToolCallFormat, schema: Mapping[str, Any], kind: str, root: Mapping[str, Any], path: str) -> str:
+def _typed(fmt: ToolCallFormat, schema: Mapping[str, Any], kind: str, root: Mapping[str, Any], path: str) -> str | None:
+    """The values of one declared type (None: the rest of the schema admits none of it)."""
     one = {**schema, "type": kind}
     if kind == "string":
         strings, _ = split_string(one)
-        assert strings is not None
-        return raw_string(strings, _value_markers(fmt), "", path)
-    if kind in _SCALARS and "enum" not in schema and "const" not in schema:
+        return None if strings is None else raw_string(strings, _value_markers(fmt), "", path)
+    if kind in _SCALARS and not schema.keys() & {"enum", "const", "anyOf", "oneOf", "allOf"}:
         return _SCALARS[kind]
-    return schema_regex(one, Context(root=root), path)
+    return value_regex(one, Context(root=root), path)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from callgate.errors import InvalidRequestError
@@ -27,7 +27,9 @@ Thinking = bool | None
 # 3: an array schema with `minItems` above `maxItems: 0` admits no array (it admitted `[]`)
 # 4: `thinking` is three-valued; false (the prompt closed a reasoning block) admits no
 #    leading block, where it meant "no switch" (a leading block allowed) before
-GRAMMAR_VERSION = 4
+# 5: numbers are bounded below 1e308 (integer part <= 20 digits, exponent bounded); a
+#    `type` beside enum/const/anyOf/oneOf/allOf narrows it; $ref chains are followed
+GRAMMAR_VERSION = 5
 _NO_PARAMETERS: Mapping[str, Any] = {"type": "object", "properties": {}}
 
 
@@ -40,6 +42,7 @@ class ToolSpec:
 
     name: str
     parameters: Mapping[str, Any]
+    index: int = field(default=0, compare=False)  # its place in the request's `tools`, for errors
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,7 +89,7 @@ def tool_specs(tools: Sequence[Mapping[str, Any]] | None) -> tuple[ToolSpec, ...
             raise InvalidRequestError(f"tools[{i}] has no function name", param=f"tools[{i}]")
         params = fn.get("parameters")
         schema = params if isinstance(params, Mapping) else _NO_PARAMETERS
-        specs.append(ToolSpec(name, _closed(schema or _NO_PARAMETERS) if fn.get("strict") else schema))
+        specs.append(ToolSpec(name, _closed(schema or _NO_PARAMETERS) if fn.get("strict") else schema, i))
     return tuple(specs)
 
 

@@ -18,27 +18,24 @@ from callgate.constraints.json_schema import (
     Context,
     declared_types,
     schema_regex,
+    value_regex,
     with_closure,
 )
 from callgate.constraints.text import alternation, char_class_excluding, literal, text_without
 from callgate.errors import SchemaTooComplexError
+from callgate.schema_ref import RefError, follow_refs
 
 Schema = Mapping[str, Any] | bool
 _NON_STRING = ["null", "boolean", "object", "array", "number"]
 
 
 def resolve(schema: Any, root: Mapping[str, Any], path: str) -> Any:
-    """Follow a top-level local `$ref` (once; deeper ones are left to json_schema), keeping
-    an `unevaluatedProperties: false` beside it."""
-    if isinstance(schema, Mapping) and isinstance(schema.get("$ref"), str):
-        ref: str = schema["$ref"]
-        target: Any = root
-        for part in filter(None, ref.lstrip("#").split("/")):
-            if not isinstance(target, Mapping) or part not in target:
-                raise SchemaTooComplexError(f"schema keyword '$ref' at {path} {ref!r} does not resolve", param=path)
-            target = target[part]
-        return with_closure(target, schema)
-    return schema
+    """Follow a top-level chain of local `$ref`s (as the qwen3-xml parser does, with the same
+    callgate.schema_ref), keeping an `unevaluatedProperties: false` beside each."""
+    try:
+        return follow_refs(schema, root, with_closure)
+    except RefError as exc:
+        raise SchemaTooComplexError(f"schema keyword '$ref' at {path} {exc}", param=path) from None
 
 
 def split_string(schema: Any) -> tuple[Schema | None, Schema | None]:
@@ -57,6 +54,8 @@ def _split(schema: Any) -> tuple[Schema | None, Schema | None]:
         return {"type": "string"}, {"type": _NON_STRING}
     if schema is False or not isinstance(schema, Mapping):
         return None, None
+    if "type" in schema and schema.keys() & {"anyOf", "oneOf", "allOf", "const", "enum"}:
+        return _split_typed(schema)
     for key in ("anyOf", "oneOf"):
         if key in schema:
             return _split_branches(schema[key], key)
@@ -70,6 +69,17 @@ def _split(schema: Any) -> tuple[Schema | None, Schema | None]:
     rest = [t for t in types if t != "string"]
     strings = {**schema, "type": "string"} if "string" in types else None
     return strings, ({**schema, "type": rest} if rest else None)
+
+
+def _split_typed(schema: Mapping[str, Any]) -> tuple[Schema | None, Schema | None]:
+    """A `type` beside a combinator, `const` or `enum`: both apply. The string part is the
+    rest's, when `type` allows strings; the other part keeps the non-string types beside
+    the rest's (json_schema applies a `type` beside `allOf`)."""
+    types = declared_types(schema, "")
+    strings, others = _split({k: v for k, v in schema.items() if k != "type"})
+    non_string = [t for t in types if t != "string"]
+    typed_others = {"allOf": [others], "type": non_string} if others is not None and non_string else None
+    return (strings if "string" in types else None), typed_others
 
 
 def _split_values(values: Sequence[Any]) -> tuple[Schema | None, Schema | None]:
@@ -122,7 +132,7 @@ def json_values(schema: Schema | None, root: Mapping[str, Any], path: str) -> st
     """Regex of the JSON texts of the non-string values, or None when there are none."""
     if schema is None:
         return None
-    return schema_regex(schema, Context(root=root), path)
+    return value_regex(schema, Context(root=root), path)
 
 
 def check_whole(schema: Any, root: Mapping[str, Any], path: str) -> None:

@@ -503,7 +503,7 @@ class Qwen3XmlParser:
     def _types(self, tool: str, parameter: str) -> tuple[str, ...]:
         schema = self._declared()[1].get(tool)
         props = schema.get("properties") if schema is not None else None
-        return declared_types(props.get(parameter)) if isinstance(props, Mapping) else ()
+        return declared_types(props.get(parameter), schema) if isinstance(props, Mapping) else ()
 
     def _open_value(self, at: int) -> None:
         call = self._call

@@ -5,8 +5,8 @@ Knows: how a parameter value, written as bare text between `<parameter=P>\\n` an
 (golden/qwen3-xml/FORMAT.md section 6). Does not know: the call syntax or streaming.
 
 Declared types come from the property's `type` (a string or a list, tried in its order),
-else from `anyOf` / `oneOf` branches in their order (a branch without a `type` accepts
-the raw text). A property without any type, an undeclared parameter and a parameter of
+after following its `$ref`s, else from `anyOf` / `oneOf` branches in their order (a branch
+without a `type` accepts the raw text). A property without any type, an undeclared parameter and a parameter of
 an unknown tool keep the raw text: the validator decides.
 
 Per type: `string` -> the text; `integer` -> `-?(0|[1-9][0-9]*)`; `number` -> JSON number
@@ -25,6 +25,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from callgate.schema_ref import RefError, follow_refs
 
 RAW = ""  # pseudo type: keep the text as it is
 
@@ -45,8 +47,15 @@ class TypedValue:
     expected: str = ""  # the declared types, for the diagnostic message
 
 
-def declared_types(prop: Any) -> tuple[str, ...]:
-    """The types to try, in order; RAW stands for "any text". () when none is declared."""
+def declared_types(prop: Any, root: Mapping[str, Any] | None = None) -> tuple[str, ...]:
+    """The types to try, in order; RAW stands for "any text". () when none is declared.
+    A `$ref` (the property's, a branch's) is followed within `root`, the tool's parameter
+    schema, as the grammar follows it (callgate.schema_ref); one that does not resolve
+    declares nothing."""
+    try:
+        prop = follow_refs(prop, root or {})
+    except RefError:
+        return ()
     if not isinstance(prop, Mapping):
         return ()
     kind = prop.get("type")
@@ -59,7 +68,7 @@ def declared_types(prop: Any) -> tuple[str, ...]:
         branches = prop.get(key)
         if isinstance(branches, list):
             for branch in branches:
-                out.extend(declared_types(branch) or (RAW,))
+                out.extend(declared_types(branch, root) or (RAW,))
     return tuple(out)
 
 
