@@ -128,7 +128,7 @@ async def test_parameters_admitting_no_object_are_a_400_before_generation() -> N
         h, resp = await _post([], _body(parameters))
         assert resp.status_code == 400, resp.text
         err = resp.json()["error"]
-        assert err["param"] == "tools.0.function.parameters" and "'object'" in err["message"]
+        assert err["param"] == "tools[0].function.parameters" and "'object'" in err["message"]
     h, resp = await _post([call("hermes", '"x"')], _body({"anyOf": [{"type": "string"}]}))
     assert resp.status_code == 400, resp.text
     err = resp.json()["error"]

@@ -93,8 +93,8 @@ def test_tools_default_tool_choice_to_auto() -> None:
     ("body", "param", "fragment"),
     [
         ({"messages": []}, "messages", "at least 1"),
-        ({"messages": [{"role": "user", "content": 5}]}, "messages.0.content", ""),
-        ({"messages": [{"role": "wizard", "content": "x"}]}, "messages.0.role", ""),
+        ({"messages": [{"role": "user", "content": 5}]}, "messages[0].content", ""),
+        ({"messages": [{"role": "wizard", "content": "x"}]}, "messages[0].role", ""),
         ({"messages": [{"role": "user", "content": "x"}], "temperature": "hot"}, "temperature", ""),
         ({"messages": [{"role": "user", "content": "x"}], "max_tokens": "5"}, "max_tokens", ""),
         ({"messages": [{"role": "user", "content": "x"}], "max_tokens": 0}, "max_tokens", ""),
@@ -102,10 +102,10 @@ def test_tools_default_tool_choice_to_auto() -> None:
         ({"messages": [{"role": "user", "content": "x"}], "stream": "yes"}, "stream", ""),
         ({"messages": [{"role": "user", "content": "x"}], "seed": 2**70}, "seed", ""),
         ({"messages": [{"role": "user", "content": "x"}], "top_p": 0}, "top_p", ""),
-        ({"messages": [{"role": "user"}]}, "messages.0.content", "needs content"),
+        ({"messages": [{"role": "user"}]}, "messages[0].content", "needs content"),
         (
             {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]},
-            "messages.0.content",
+            "messages[0].content",
             "",
         ),
     ],
@@ -132,7 +132,7 @@ def test_invalid_tool_schema_is_rejected_with_its_location() -> None:
         "function": {"name": "f", "parameters": {"type": "object", "properties": {"a": {"type": 5}}}},
     }
     err = _error({"messages": [{"role": "user", "content": "x"}], "tools": [WEATHER, bad]})
-    assert err.param == "tools.1.function.parameters"
+    assert err.param == "tools[1].function.parameters"
     assert "Draft 2020-12" in err.message and "/properties/a/type" in err.message
 
 
@@ -171,24 +171,24 @@ def test_tool_message_must_answer_a_call() -> None:
         "messages": [{"role": "user", "content": "x"}, {"role": "tool", "tool_call_id": "call_9", "content": "r"}]
     }
     err = _error(orphan)
-    assert err.param == "messages.1.tool_call_id" and "call_9" in err.message
+    assert err.param == "messages[1].tool_call_id" and "call_9" in err.message
     call = {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}
     twice = [
         {"role": "assistant", "tool_calls": [call]},
         {"role": "tool", "tool_call_id": "call_1", "content": "r"},
         {"role": "tool", "tool_call_id": "call_1", "content": "again"},
     ]
-    assert _error({"messages": twice}).param == "messages.2.tool_call_id"
-    assert _error({"messages": [twice[1]]}).param == "messages.0.tool_call_id"
+    assert _error({"messages": twice}).param == "messages[2].tool_call_id"
+    assert _error({"messages": [twice[1]]}).param == "messages[0].tool_call_id"
     no_id = {"role": "tool", "content": "r"}
-    assert _error({"messages": [twice[0], no_id]}).param == "messages.1.tool_call_id"
+    assert _error({"messages": [twice[0], no_id]}).param == "messages[1].tool_call_id"
 
 
 def test_assistant_arguments_must_be_a_json_object_string() -> None:
     call = {"id": "c", "type": "function", "function": {"name": "f", "arguments": "[1]"}}
     err = _error({"messages": [{"role": "assistant", "tool_calls": [call]}]})
-    assert err.param == "messages.0.tool_calls.0.function.arguments"
-    assert _error({"messages": [{"role": "assistant"}]}).param == "messages.0.content"
+    assert err.param == "messages[0].tool_calls[0].function.arguments"
+    assert _error({"messages": [{"role": "assistant"}]}).param == "messages[0].content"
 
 
 def test_limits_on_messages_tokens_and_stops() -> None:

@@ -35,7 +35,7 @@ def check_tools(tools: list[ToolWire] | None, limits: Limits) -> tuple[Mapping[s
     out: list[Mapping[str, Any]] = []
     for i, tool in enumerate(tools):
         fn = tool.function
-        param = f"tools.{i}.function"
+        param = f"tools[{i}].function"
         if fn.name in seen:
             raise InvalidRequestError(f"{param}.name: duplicate tool name {fn.name!r}", param=f"{param}.name")
         seen.add(fn.name)
@@ -133,7 +133,7 @@ def check_messages(messages: list[MessageWire], limits: Limits) -> tuple[Mapping
     open_calls: set[str] = set()
     out: list[Mapping[str, Any]] = []
     for i, msg in enumerate(messages):
-        param = f"messages.{i}"
+        param = f"messages[{i}]"
         if msg.role == "assistant":
             open_calls = _assistant_calls(msg, param)
         elif msg.role == "tool":
@@ -156,7 +156,7 @@ def _assistant_calls(msg: MessageWire, param: str) -> set[str]:
         except json.JSONDecodeError:
             args = None
         if not isinstance(args, dict):
-            where = f"{param}.tool_calls.{j}.function.arguments"
+            where = f"{param}.tool_calls[{j}].function.arguments"
             raise InvalidRequestError(f"{where}: must be a JSON object encoded as a string", param=where)
         ids.add(call.id)
     return ids

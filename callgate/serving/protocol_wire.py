@@ -11,7 +11,7 @@ validators.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -138,10 +138,19 @@ def wire_error(exc: ValidationError) -> InvalidRequestError:
     err = exc.errors(include_url=False)[0]
     if err["type"] == "json_invalid":
         return InvalidRequestError(f"body is not valid JSON: {err['msg']}", code="invalid_json")
-    param = ".".join(str(p) for p in err["loc"] if not _is_union_tag(p)) or None
+    param = _dotted(p for p in err["loc"] if not _is_union_tag(p)) or None
     if err["type"] == "model_type" and not err["loc"]:
         return InvalidRequestError("body must be a JSON object", code="invalid_type")
     return InvalidRequestError(f"{param}: {err['msg']}", param=param, code="invalid_value")
+
+
+def _dotted(parts: Iterable[int | str]) -> str:
+    """A pydantic location as an OpenAI-style `param`, as callgate's other errors name
+    places: `.name` for a field, `[i]` for an index (`messages[0].tool_calls[1].id`)."""
+    out = ""
+    for part in parts:
+        out = f"{out}[{part}]" if isinstance(part, int) else (f"{out}.{part}" if out else str(part))
+    return out
 
 
 def _is_union_tag(part: int | str) -> bool:
