@@ -176,6 +176,19 @@ def test_a_head_grammar_compiles_with_outlines_core_and_ends_after_the_label() -
     assert guide.get_tokens() == [tok.eos_token_id]
 
 
+def test_a_label_that_extends_another_can_still_be_written() -> None:
+    tok = FakeTokenizer()
+    vocab = token_vocabulary(tok.vocabulary(), tok.eos_token_id)
+    regex = head_regex("domain", {"domain": ("Law", "Lawyer")}, ())
+    assert regex is not None
+    for word in (b"Law", b"Lawyer"):
+        guide = outlines_core.Guide(outlines_core.Index(regex, vocab.inner))
+        for b in word:
+            assert b in guide.get_tokens(), (word, b)
+            guide.advance(b)
+        assert tok.eos_token_id in guide.get_tokens()
+
+
 def test_read_url_bound_covers_its_lines() -> None:
     urls = urls_in(CHAT)
     assert head_max_tokens("read_url", urls) >= len("\n".join(f"{u}: yes" for u in urls))

@@ -184,14 +184,17 @@ def _literal(text: str) -> str:
 
 
 def head_regex(task: str, labels: Mapping[str, tuple[str, ...]], urls: Sequence[str]) -> str | None:
-    """The regex of a categorical head's whole output; None for a free-text head."""
+    """The regex of a categorical head's whole output; None for a free-text head. It ends
+    with `$`, as callgate's tool grammars do (constraints/grammar.py): without it
+    outlines-core drops the way on from an accepting state, so of the labels "Law" and
+    "Lawyer" only "Law" could be written."""
     spec = HEADS[task]
     if spec.output == "urls":
-        return "\\n".join(_literal(u) + ": (?:yes|no)" for u in urls)
+        return "(?:" + "\\n".join(_literal(u) + ": (?:yes|no)" for u in urls) + ")$"
     if spec.output != "choice":
         return None
     words = ACTION_LABELS if task == "action" else labels[task]
-    return "(?:" + "|".join(_label(w) for w in words) + ")"
+    return "(?:" + "|".join(_label(w) for w in words) + ")$"
 
 
 def _label(word: str) -> str:
