@@ -240,3 +240,19 @@ def distances_to_final(index: Any, edges: Callable[[int], Iterable[tuple[int, in
                 dist[p] = dist[s] + 1
                 queue.append(p)
     return dist
+
+
+def streamed_text(events: Sequence[str]) -> tuple[str, str, list[str]]:
+    """(content, reasoning_content, finish reasons) reassembled from a stream's `data:`
+    payloads; the stream must end with [DONE] and send no error event."""
+    assert events[-1] == "[DONE]"
+    content, reasoning, finishes = "", "", []
+    for raw in events[:-1]:
+        chunk = json.loads(raw)
+        assert "error" not in chunk, chunk
+        for choice in chunk["choices"]:
+            content += choice["delta"].get("content") or ""
+            reasoning += choice["delta"].get("reasoning_content") or ""
+            if choice["finish_reason"]:
+                finishes.append(choice["finish_reason"])
+    return content, reasoning, finishes

@@ -6,12 +6,12 @@ without tools, for hermes and dsml-v4."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
 
 from tests import test_server_app
+from tests.harness import streamed_text
 from tests.test_server_app import ASK, MODEL, WEATHER, make_settings
 
 make_harness = test_server_app.make_harness  # the app harness fixture
@@ -31,21 +31,6 @@ def _harness(make: Any, fmt: str, replies: list[Any]) -> Any:
     return make(replies, settings=make_settings(format=fmt, constrained=fmt == "hermes"))
 
 
-def _streamed(events: list[str]) -> tuple[str, str, list[str]]:
-    """(reasoning, content, finish reasons) of a stream that sent no error event."""
-    assert events[-1] == "[DONE]"
-    reasoning, content, finishes = "", "", []
-    for raw in events[:-1]:
-        chunk = json.loads(raw)
-        assert "error" not in chunk, chunk
-        for choice in chunk["choices"]:
-            reasoning += choice["delta"].get("reasoning_content") or ""
-            content += choice["delta"].get("content") or ""
-            if choice["finish_reason"]:
-                finishes.append(choice["finish_reason"])
-    return reasoning, content, finishes
-
-
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("tools", TOOLS, ids=["no-tools", "auto", "choice-none"])
 async def test_stop_inside_reasoning_ends_the_turn_with_the_reasoning(
@@ -63,7 +48,7 @@ async def test_stop_inside_reasoning_ends_the_turn_with_the_reasoning(
         "stop",
     )
     assert "tool_calls" not in message and resp.json()["callgate"]["diagnostics"] == []
-    assert _streamed(await h.events(body)) == ("Cold north ", "", ["stop"])
+    assert streamed_text(await h.events(body)) == ("", "Cold north ", ["stop"])
     # callgate applied the stop string, and freed the slot of the generation it ended
     assert [r.sampling.stop for r in h.engine.requests] == [(), ()]
     assert len(h.engine.aborted) == 2
@@ -79,7 +64,7 @@ async def test_stop_after_the_reasoning_cuts_only_the_content(make_harness: Any,
     # (dsml keeps the blank line after `</think>` in its content, hermes drops it)
     assert choice["message"]["reasoning_content"] == "Cold north STOP then more."
     assert (choice["message"]["content"].lstrip("\n"), choice["finish_reason"]) == ("Oslo is", "stop")
-    reasoning, content, finishes = _streamed(await h.events(body))
+    content, reasoning, finishes = streamed_text(await h.events(body))
     assert (reasoning, content, finishes) == ("Cold north STOP then more.", choice["message"]["content"], ["stop"])
 
 
@@ -93,7 +78,7 @@ async def test_stop_inside_a_block_qwen3_opened_unasked(make_harness: Any) -> No
     choice = resp.json()["choices"][0]
     assert (choice["message"]["reasoning_content"], choice["message"]["content"]) == ("Cold north ", "")
     assert choice["finish_reason"] == "stop"
-    assert _streamed(await h.events(body)) == ("Cold north ", "", ["stop"])
+    assert streamed_text(await h.events(body)) == ("", "Cold north ", ["stop"])
 
 
 @pytest.mark.parametrize("fmt", FORMATS)

@@ -7,14 +7,13 @@ Through the real app, the real hermes parser and a scripted FakeEngine."""
 
 from __future__ import annotations
 
-import json
 import random
 from typing import Any
 
 import pytest
 
 from tests import test_server_app
-from tests.harness import check_split_invariance, random_split
+from tests.harness import check_split_invariance, random_split, streamed_text
 from tests.test_server_app import ASK, MODEL, WEATHER
 
 make_harness = test_server_app.make_harness  # the app harness fixture
@@ -41,21 +40,6 @@ def _reply(rng: random.Random, reasoning: bool) -> str:
     return body
 
 
-def _streamed(events: list[str]) -> tuple[str, str, list[str]]:
-    """(content, reasoning_content, finish reasons) reassembled from the `data:` payloads."""
-    assert events[-1] == "[DONE]"
-    content, reasoning, finishes = "", "", []
-    for raw in events[:-1]:
-        chunk = json.loads(raw)
-        assert "error" not in chunk, chunk
-        for choice in chunk["choices"]:
-            content += choice["delta"].get("content") or ""
-            reasoning += choice["delta"].get("reasoning_content") or ""
-            if choice["finish_reason"]:
-                finishes.append(choice["finish_reason"])
-    return content, reasoning, finishes
-
-
 async def _check(make_harness: Any, text: str, pieces: list[str], mode: str) -> None:
     h = make_harness([pieces, pieces])
     body = {"model": MODEL, "messages": ASK, **_MODES[mode]}
@@ -64,7 +48,7 @@ async def _check(make_harness: Any, text: str, pieces: list[str], mode: str) -> 
     choice = resp.json()["choices"][0]
     message = choice["message"]
     expected = (message["content"] or "", message.get("reasoning_content") or "", [choice["finish_reason"]])
-    assert _streamed(await h.events(body)) == expected, (mode, text, pieces)
+    assert streamed_text(await h.events(body)) == expected, (mode, text, pieces)
 
 
 @pytest.mark.parametrize("mode", sorted(_MODES))
@@ -88,7 +72,7 @@ async def test_streamed_text_equals_the_non_streamed_text(make_harness: Any, mod
 async def test_held_back_text_is_streamed_at_the_end(make_harness: Any, text: str, mode: str, content: str) -> None:
     await _check(make_harness, text, list(text), mode)
     h = make_harness([list(text)])
-    assert _streamed(await h.events({"model": MODEL, "messages": ASK, **_MODES[mode]}))[0] == content
+    assert streamed_text(await h.events({"model": MODEL, "messages": ASK, **_MODES[mode]}))[0] == content
 
 
 @pytest.mark.parametrize("fmt", ["hermes", "llama3-json", "mistral", "qwen3-xml", "dsml-v4"])
