@@ -77,7 +77,7 @@ def _params(fmt: ToolCallFormat, tool: ToolSpec) -> str:
 def _param(fmt: ToolCallFormat, key: str, schema: Any, root: Mapping[str, Any], path: str) -> str | None:
     m = fmt.markers
     check_whole(schema, root, path)
-    strings, others = split_string(resolve(schema, root, path))
+    strings, others = split_string(resolve(schema, root, path), root)
     open_ = literal(m["param_open"] + key + m["string_attr"])
     close = literal(m["param_close"])
     alts = []

@@ -1,19 +1,28 @@
 """Grammars of qwen3-xml (Qwen3-Coder) call blocks.
 
 Knows: the call layout of golden/qwen3-xml/FORMAT.md section 4, spelled with the markers of
-callgate.formats, and how the parser types a value by the parameter's declared `type`
-(section 6.6): strings are raw text, integers/numbers JSON numbers, booleans
-true/false/True/False, null null/None, objects and arrays strict JSON. Does not know:
+callgate.formats, and how the parser types a value (section 6.6, by the parser's own
+`declared_types`: the `type`, else the `anyOf`/`oneOf` branches in order, the first type
+whose syntax fits winning): strings are raw text, integers/numbers JSON numbers, booleans
+true/false/True/False, null null/None, objects and arrays strict JSON. Nothing after the
+first `string` is reachable (`5` under `anyOf: [string, integer]` is a string). A raw string
+that a type tried before `string` would read as an invalid value is not written; stricter
+than needed, such a string may not start with a character that type's values start with
+(under `anyOf: [{$ref: Model}, string]` no string starts with `{` or `<`). Does not know:
 tool_choice or vocabularies.
 """
 
 from __future__ import annotations
 
+import itertools
+import json
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from callgate.constraints.dsml import object_properties
 from callgate.constraints.json_schema import (
+    ANNOTATIONS,
     INTEGER,
     NUMBER,
     Context,
@@ -24,11 +33,20 @@ from callgate.constraints.json_schema import (
 )
 from callgate.constraints.request import ToolSpec
 from callgate.constraints.text import alternation, literal, text_without
-from callgate.constraints.values import check_whole, raw_string, resolve, split_string
+from callgate.constraints.values import (
+    NOTHING_RESERVED,
+    Reserved,
+    check_whole,
+    resolve,
+    split_string,
+    unreserved_string,
+)
 from callgate.errors import SchemaTooComplexError
 from callgate.formats import ToolCallFormat
+from callgate.parsers.qwen3_xml_values import FIRST_CHARS, RAW, SPELLINGS, declared_types, decode
+from callgate.schema_ref import RefError, follow_refs
 
-_SCALARS = {"integer": INTEGER, "number": NUMBER, "boolean": "(?:true|false|True|False)", "null": "(?:null|None)"}
+_NUMBERS = {"integer": INTEGER, "number": NUMBER}
 
 
 def _value_markers(fmt: ToolCallFormat) -> list[str]:
@@ -77,30 +95,84 @@ def _call(fmt: ToolCallFormat, tool: ToolSpec) -> str:
 
 
 def _value(fmt: ToolCallFormat, schema: Any, root: Mapping[str, Any], path: str) -> str:
+    """The texts the parser reads (by `declared_types`, the parser's own rule) as values valid
+    under `schema`: per non-string type it tries before any `string`, that type's values;
+    then, when a string reading follows, the raw strings no earlier type takes from it."""
     check_whole(schema, root, path)
     schema = resolve(schema, root, path)
-    declared = schema.get("type") if isinstance(schema, Mapping) else None
-    if declared is None:
-        strings, others = split_string(schema)
-        generic = schema is True or (isinstance(schema, Mapping) and "anyOf" not in schema and "oneOf" not in schema)
-        if strings is None or (others is not None and not generic):
+    types = declared_types(schema, root)
+    tried = list(itertools.takewhile(lambda t: t not in ("string", RAW), types))
+    alts, whole = [], set()
+    for kind in tried:
+        rx, takes_all = _typed(schema, kind, root, path)
+        alts += [rx] if rx is not None else []
+        whole |= {kind} if takes_all else set()
+    if len(tried) < len(types) or not types:
+        strings, _ = split_string(schema, root)
+        if strings is None and not types:
             raise SchemaTooComplexError(
                 f"parameter at {path} has no declared 'type', which qwen3-xml needs to type its value", param=path
             )
-        return raw_string(strings, _value_markers(fmt), "", path)
-    types = [declared] if isinstance(declared, str) else list(declared)
-    alts = [rx for t in types if (rx := _typed(fmt, schema, t, root, path)) is not None]
+        reserved = _reserved(tried, whole)
+        rx = None if strings is None else unreserved_string(strings, _value_markers(fmt), "", path, reserved)
+        alts += [rx] if rx is not None else []
     if not alts:
-        raise SchemaTooComplexError(f"parameter at {path} admits no value", param=path)
+        raise SchemaTooComplexError(f"parameter at {path} admits no value qwen3-xml can write", param=path)
     return alternation(alts)
 
 
-def _typed(fmt: ToolCallFormat, schema: Mapping[str, Any], kind: str, root: Mapping[str, Any], path: str) -> str | None:
-    """The values of one declared type (None: the rest of the schema admits none of it)."""
-    one = {**schema, "type": kind}
-    if kind == "string":
-        strings, _ = split_string(one)
-        return None if strings is None else raw_string(strings, _value_markers(fmt), "", path)
-    if kind in _SCALARS and not schema.keys() & {"enum", "const", "anyOf", "oneOf", "allOf"}:
-        return _SCALARS[kind]
-    return value_regex(one, Context(root=root), path)
+def _typed(schema: Any, kind: str, root: Mapping[str, Any], path: str) -> tuple[str | None, bool]:
+    """(the texts of the values of one non-string type, None when there are none; whether
+    every value of that type is valid). Booleans and null in every spelling the parser reads
+    (the template writes `True`, `None`); numbers and containers as JSON."""
+    one = {**schema, "type": kind} if isinstance(schema, Mapping) else {"type": kind}
+    rx = value_regex(one, Context(root=root), path)
+    if rx is None:
+        return None, False
+    if kind in SPELLINGS:
+        valid = [s for s in SPELLINGS[kind] if re.fullmatch(rx, json.dumps(decode(s, (kind,)).value))]
+        return alternation(literal(s) for s in valid), len(valid) == len(SPELLINGS[kind])
+    if kind in _NUMBERS and _takes_all(schema, kind, root, frozenset()):
+        return _NUMBERS[kind], True
+    return rx, kind == "array" and _takes_all(schema, kind, root, frozenset())
+
+
+def _takes_all(schema: Any, kind: str, root: Mapping[str, Any], reading: frozenset[str]) -> bool:
+    """Whether every value of `kind` (integer, number, array) is valid under `schema`; False
+    when unsure. `reading`: the `$ref`s being read (a cycle takes nothing more)."""
+    ref = schema.get("$ref") if isinstance(schema, Mapping) else None
+    if isinstance(ref, str):
+        if ref in reading:
+            return False
+        reading |= {ref}
+    try:
+        schema = follow_refs(schema, root)
+    except RefError:
+        return False
+    if schema is True:
+        return True
+    if not isinstance(schema, Mapping):
+        return False
+    declared = schema.get("type")
+    types = [declared] if isinstance(declared, str) else declared
+    if types is not None and kind not in types and not (kind == "integer" and "number" in types):
+        return False
+    rest = schema.keys() - ANNOTATIONS - {"type", "unevaluatedProperties"}
+    for key in ("anyOf", "oneOf"):  # json_schema admits only oneOf branches of distinct types
+        if rest == {key}:
+            return any(_takes_all(b, kind, root, reading) for b in schema[key])
+    return not rest
+
+
+def _reserved(tried: Sequence[str], whole: set[str]) -> Reserved:
+    """The raw texts that a type tried before `string` reads, where that type does not take
+    every value: the parser would read them into invalid values."""
+    partial = [k for k in tried if k not in whole]
+    if not partial:
+        return NOTHING_RESERVED
+
+    def reads_invalid(text: str) -> bool:
+        kind = next((k for k in tried if decode(text, (k,)).error is None), None)
+        return kind is not None and kind not in whole
+
+    return Reserved(first="".join(FIRST_CHARS[k] for k in partial), test=reads_invalid)

@@ -29,7 +29,8 @@ Thinking = bool | None
 #    leading block, where it meant "no switch" (a leading block allowed) before
 # 5: numbers are bounded below 1e308 (integer part <= 20 digits, exponent bounded); a
 #    `type` beside enum/const/anyOf/oneOf/allOf narrows it; $ref chains are followed
-GRAMMAR_VERSION = 5
+# 6: qwen3-xml writes a value its parser reads by type: branches in order, text after `string`
+GRAMMAR_VERSION = 6
 _NO_PARAMETERS: Mapping[str, Any] = {"type": "object", "properties": {}}
 
 

@@ -6,8 +6,11 @@ Knows: how a parameter value, written as bare text between `<parameter=P>\\n` an
 
 Declared types come from the property's `type` (a string or a list, tried in its order),
 after following its `$ref`s, else from `anyOf` / `oneOf` branches in their order (a branch
-without a `type` accepts the raw text). A property without any type, an undeclared parameter and a parameter of
-an unknown tool keep the raw text: the validator decides.
+without a `type` accepts the raw text; a branch whose `$ref` is already being read, a cycle,
+adds nothing). A property without any type, an undeclared parameter and a parameter of
+an unknown tool keep the raw text: the validator decides. So the first `string` (or untyped
+branch) ends the list: under `anyOf: [string, integer]` or `[string, null]` every text,
+`5` and `None` included, is the string.
 
 Per type: `string` -> the text; `integer` -> `-?(0|[1-9][0-9]*)`; `number` -> JSON number
 syntax; `boolean` -> `true`/`false`/`True`/`False` (the template writes Python `str()`);
@@ -36,6 +39,18 @@ _BOOLEANS = {"true": True, "false": False, "True": True, "False": False}
 _NULLS = frozenset({"null", "None"})
 _CONTAINERS = {"object": dict, "array": list}
 _SCALAR_TYPES = frozenset({"string", "integer", "number", "boolean", "null"})
+# The characters a text of each non-string type starts with: the grammar keeps a raw string
+# that such a type would read (and find invalid) from starting with one of them.
+FIRST_CHARS = {
+    "integer": "-0123456789",
+    "number": "-0123456789",
+    "boolean": "tfTF",
+    "null": "nN",
+    "object": "{",
+    "array": "[",
+}
+# Every text read as a boolean / null, in the order the grammar writes them.
+SPELLINGS = {"boolean": tuple(_BOOLEANS), "null": ("null", "None")}
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,28 +63,37 @@ class TypedValue:
 
 
 def declared_types(prop: Any, root: Mapping[str, Any] | None = None) -> tuple[str, ...]:
-    """The types to try, in order; RAW stands for "any text". () when none is declared.
-    A `$ref` (the property's, a branch's) is followed within `root`, the tool's parameter
-    schema, as the grammar follows it (callgate.schema_ref); one that does not resolve
-    declares nothing."""
+    """The types to try, in order, each once; RAW stands for "any text". () when none is
+    declared. A `$ref` (the property's, a branch's) is followed within `root`, the tool's
+    parameter schema, as the grammar follows it (callgate.schema_ref); one that does not
+    resolve declares nothing."""
+    return tuple(dict.fromkeys(_declared(prop, root or {}, frozenset())))
+
+
+def _declared(prop: Any, root: Mapping[str, Any], reading: frozenset[str]) -> list[str]:
+    """`reading`: the branch `$ref`s being read (a branch that names one again is a cycle)."""
     try:
-        prop = follow_refs(prop, root or {})
+        prop = follow_refs(prop, root)
     except RefError:
-        return ()
+        return []
     if not isinstance(prop, Mapping):
-        return ()
+        return []
     kind = prop.get("type")
     if isinstance(kind, str):
-        return (_known(kind),)
+        return [_known(kind)]
     if isinstance(kind, list):
-        return tuple(_known(k) if isinstance(k, str) else RAW for k in kind)
+        return [_known(k) if isinstance(k, str) else RAW for k in kind]
     out: list[str] = []
     for key in ("anyOf", "oneOf"):
         branches = prop.get(key)
         if isinstance(branches, list):
             for branch in branches:
-                out.extend(declared_types(branch, root) or (RAW,))
-    return tuple(out)
+                ref = branch.get("$ref") if isinstance(branch, Mapping) else None
+                if not isinstance(ref, str):
+                    out.extend(_declared(branch, root, reading) or [RAW])
+                elif ref not in reading:
+                    out.extend(_declared(branch, root, reading | {ref}) or [RAW])
+    return out
 
 
 def _known(kind: str) -> str:
