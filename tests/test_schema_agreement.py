@@ -311,3 +311,24 @@ async def test_a_refusal_through_the_app_is_a_400_with_a_dotted_param() -> None:
         "schema_too_complex",
         "tools[0].function.parameters.properties.x.anyOf[1]",
     )
+
+
+# ---- a string no length fits ---------------------------------------------------------------------
+
+NO_STRING = {"type": "string", "minLength": 5, "maxLength": 3}
+
+
+@pytest.mark.parametrize("fmt", ["hermes", "qwen3-xml", "dsml-v4"])
+def test_a_required_string_no_length_fits_is_a_clear_refusal(fmt: str) -> None:
+    params = {"type": "object", "properties": {"a": NO_STRING}, "required": ["a"]}
+    with pytest.raises(SchemaTooComplexError, match="admits no") as err:
+        constraints.build(fmt, tools(params), "required", False, None, byte_vocabulary())
+    assert "$ref" not in err.value.message.split("(")[0] and "Failed to build DFA" not in err.value.message
+
+
+@pytest.mark.parametrize("fmt", ["hermes", "qwen3-xml", "dsml-v4"])
+def test_a_branch_no_length_fits_drops_out_of_its_any_of(fmt: str) -> None:
+    params = {"type": "object", "properties": {"a": {"anyOf": [{"type": "integer"}, NO_STRING]}}, "required": ["a"]}
+    c = compiled(fmt, json.dumps(params))
+    assert accepts(c, call_text(fmt, params, {"a": 7}))
+    assert not accepts(c, call_text(fmt, params, {"a": "abcd"}))

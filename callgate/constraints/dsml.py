@@ -81,8 +81,9 @@ def _param(fmt: ToolCallFormat, key: str, schema: Any, root: Mapping[str, Any], 
     open_ = literal(m["param_open"] + key + m["string_attr"])
     close = literal(m["param_close"])
     alts = []
-    if strings is not None:
-        alts.append(literal("true" + m["tag_end"]) + raw_string(strings, (), BAR, path))
+    text = None if strings is None else raw_string(strings, (), BAR, path)
+    if text is not None:
+        alts.append(literal("true" + m["tag_end"]) + text)
     rest = json_values(others, root, path)
     if rest is not None:
         alts.append(literal("false" + m["tag_end"]) + rest)

@@ -213,7 +213,12 @@ def schema_regex(schema: Any, ctx: Context | None = None, path: str = "") -> str
     """
     rx = value_regex(schema, ctx, path)
     if rx is None:
-        raise _too_complex(path, "$ref", "admits no value within the grammar's depth bounds")
+        raise SchemaTooComplexError(
+            f"schema at {path or 'the schema root'} admits no value the grammar can write (bounds that"
+            " contradict each other, an empty enum after filtering, or a $ref recursion deeper than"
+            " the grammar unrolls)",
+            param=path or None,
+        )
     return rx
 
 
@@ -399,11 +404,14 @@ def _repeat(lo: int | None, hi: int | None) -> str:
     return f"{{{lo},{hi}}}"
 
 
-def _string(schema: Mapping[str, Any], path: str) -> str:
+def _string(schema: Mapping[str, Any], path: str) -> str | None:
+    """The JSON strings of a string schema; None when `minLength` exceeds `maxLength`."""
     fmt = schema.get("format")
     if isinstance(fmt, str) and fmt in FORMATS and not schema.keys() & {"minLength", "maxLength"}:
         return f'"{FORMATS[fmt]}"'
     lo, hi = _bound(schema, "minLength", path), _bound(schema, "maxLength", path)
+    if lo is not None and hi is not None and lo > hi:
+        return None
     if lo is None and hi is None:
         return STRING
     return f'"{STRING_CHAR}{_repeat(lo, hi)}"'

@@ -132,11 +132,10 @@ def _split_branches(
     return ({key: strings} if strings else None), ({key: others} if others else None)
 
 
-def raw_string(schema: Schema, markers: Sequence[str], banned: str, path: str) -> str:
-    """Regex of the raw text of the string values of `schema` (from split_string)."""
-    rx = unreserved_string(schema, markers, banned, path, NOTHING_RESERVED)
-    assert rx is not None  # split_string's parts hold values, and none is reserved
-    return rx
+def raw_string(schema: Schema, markers: Sequence[str], banned: str, path: str) -> str | None:
+    """Regex of the raw text of the string values of `schema` (from split_string); None
+    when it admits none (`minLength` above `maxLength`)."""
+    return unreserved_string(schema, markers, banned, path, NOTHING_RESERVED)
 
 
 def unreserved_string(schema: Schema, markers: Sequence[str], banned: str, path: str, reserved: Reserved) -> str | None:
@@ -161,6 +160,8 @@ def unreserved_string(schema: Schema, markers: Sequence[str], banned: str, path:
         return FORMATS[fmt]
     if lo is None and hi is None:
         return _free_text(markers, banned, reserved)
+    if isinstance(lo, int) and isinstance(hi, int) and lo > hi:
+        return None  # no string is that long and that short
     # Length-bounded raw text: a plain character class (no marker can start in it) keeps the
     # count exact; stricter than needed, never weaker.
     starts = {m[0] for m in markers} | set(banned)
