@@ -15,7 +15,7 @@ from callgate.parsers.qwen3_xml_values import RAW, declared_types, decode, strea
         ({"type": "integer"}, ("integer",)),
         ({"type": ["integer", "null"]}, ("integer", "null")),
         ({"anyOf": [{"type": "number"}, {"type": "null"}]}, ("number", "null")),
-        ({"oneOf": [{"type": "boolean"}, {"enum": ["a"]}]}, ("boolean", RAW)),
+        ({"oneOf": [{"type": "boolean"}, {"enum": ["a"]}]}, ("boolean", "string")),
         ({"type": "date"}, (RAW,)),
         ({"description": "no type"}, ()),
         (None, ()),

@@ -2,14 +2,15 @@
 
 Knows: the call layout of golden/qwen3-xml/FORMAT.md section 4, spelled with the markers of
 callgate.formats, and how the parser types a value (section 6.6, by the parser's own
-`declared_types`: the `type`, else the `anyOf`/`oneOf` branches in order, the first type
-whose syntax fits winning): strings are raw text, integers/numbers JSON numbers, booleans
-true/false/True/False, null null/None, objects and arrays strict JSON. Nothing after the
-first `string` is reachable (`5` under `anyOf: [string, integer]` is a string). A raw string
-that a type tried before `string` would read as an invalid value is not written; stricter
-than needed, such a string may not start with a character that type's values start with
-(under `anyOf: [{$ref: Model}, string]` no string starts with `{` or `<`). Does not know:
-tool_choice or vocabularies.
+`declared_types`: the `type`, else the types of the `const`/`enum` values with `string`
+last, else the `anyOf`/`oneOf` branches in order, the first type whose syntax fits winning):
+strings are raw text, integers/numbers JSON numbers, booleans true/false/True/False, null
+null/None, objects and arrays strict JSON. Nothing after the first `string` is reachable
+(`5` under `anyOf: [string, integer]` is a string). A raw string that a type tried before
+`string` would read as an invalid value is not written (`"2"` under `enum: [1, "2"]`);
+stricter than needed, such a string may not start with a character that type's values start
+with (under `anyOf: [{$ref: Model}, string]` no string starts with `{` or `<`). Does not
+know: tool_choice or vocabularies.
 """
 
 from __future__ import annotations
@@ -111,7 +112,9 @@ def _value(fmt: ToolCallFormat, schema: Any, root: Mapping[str, Any], path: str)
         strings, _ = split_string(schema, root)
         if strings is None and not types:
             raise SchemaTooComplexError(
-                f"parameter at {path} has no declared 'type', which qwen3-xml needs to type its value", param=path
+                f"parameter at {path} has no declared 'type' (nor const/enum values), "
+                "which qwen3-xml needs to type its value",
+                param=path,
             )
         reserved = _reserved(tried, whole)
         rx = None if strings is None else unreserved_string(strings, _value_markers(fmt), "", path, reserved)

@@ -30,7 +30,8 @@ Thinking = bool | None
 # 5: numbers are bounded below 1e308 (integer part <= 20 digits, exponent bounded); a
 #    `type` beside enum/const/anyOf/oneOf/allOf narrows it; $ref chains are followed
 # 6: qwen3-xml writes a value its parser reads by type: branches in order, text after `string`
-GRAMMAR_VERSION = 6
+# 7: qwen3-xml types an untyped `const`/`enum` by its values (`enum: [1, "a"]` writes `1` too)
+GRAMMAR_VERSION = 7
 _NO_PARAMETERS: Mapping[str, Any] = {"type": "object", "properties": {}}
 
 

@@ -5,12 +5,15 @@ Knows: how a parameter value, written as bare text between `<parameter=P>\\n` an
 (golden/qwen3-xml/FORMAT.md section 6). Does not know: the call syntax or streaming.
 
 Declared types come from the property's `type` (a string or a list, tried in its order),
-after following its `$ref`s, else from `anyOf` / `oneOf` branches in their order (a branch
-without a `type` accepts the raw text; a branch whose `$ref` is already being read, a cycle,
-adds nothing). A property without any type, an undeclared parameter and a parameter of
-an unknown tool keep the raw text: the validator decides. So the first `string` (or untyped
-branch) ends the list: under `anyOf: [string, integer]` or `[string, null]` every text,
-`5` and `None` included, is the string.
+after following its `$ref`s, else from its `const` / `enum` values (pydantic's Literal[...]:
+their types, every non-string one before `string`, so `1` under `enum: [1, "one"]` is the
+integer 1 and a string value such a type reads differently cannot be written), else from
+`anyOf` / `oneOf` branches in their order (a branch without a `type` accepts the raw text;
+a branch whose `$ref` is already being read, a cycle, adds nothing). A property without any
+type, an undeclared parameter and a parameter of an unknown tool keep the raw text: the
+validator decides. So the first `string` (or untyped branch) ends the list: under
+`anyOf: [string, integer]` or `[string, null]` every text, `5` and `None` included, is the
+string.
 
 Per type: `string` -> the text; `integer` -> `-?(0|[1-9][0-9]*)`; `number` -> JSON number
 syntax; `boolean` -> `true`/`false`/`True`/`False` (the template writes Python `str()`);
@@ -49,6 +52,9 @@ FIRST_CHARS = {
     "object": "{",
     "array": "[",
 }
+# The order the types of `const` / `enum` values are tried in: `string` last (it reads every
+# text), and the other types' texts are disjoint but for integer/number (`2` is an integer).
+_VALUE_TYPES = ("null", "boolean", "integer", "number", "object", "array", "string")
 # Every text read as a boolean / null, in the order the grammar writes them.
 SPELLINGS = {"boolean": tuple(_BOOLEANS), "null": ("null", "None")}
 
@@ -83,6 +89,10 @@ def _declared(prop: Any, root: Mapping[str, Any], reading: frozenset[str]) -> li
         return [_known(kind)]
     if isinstance(kind, list):
         return [_known(k) if isinstance(k, str) else RAW for k in kind]
+    values = [prop["const"]] if "const" in prop else prop.get("enum")
+    if isinstance(values, list) and values:
+        kinds = {_kind_of(v) for v in values}
+        return [k for k in _VALUE_TYPES if k in kinds]
     out: list[str] = []
     for key in ("anyOf", "oneOf"):
         branches = prop.get(key)
@@ -94,6 +104,22 @@ def _declared(prop: Any, root: Mapping[str, Any], reading: frozenset[str]) -> li
                 elif ref not in reading:
                     out.extend(_declared(branch, root, reading | {ref}) or [RAW])
     return out
+
+
+def _kind_of(value: Any) -> str:
+    """The type a `const` / `enum` value is written and read back as: a float, even a whole
+    one, is a `number` (the template writes `2.0`, which no integer reads)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    return "array" if isinstance(value, list) else "object"
 
 
 def _known(kind: str) -> str:
