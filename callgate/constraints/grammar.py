@@ -21,6 +21,8 @@ Modes:
                       and a leading reasoning block as eager auto spells it (the trigger is
                       one of the markers it may not hold).
 * auto (eager)     -- [reasoning] content [calls]  (llama3-json: content | call).
+* auto + response_format -- [reasoning] (answer | calls): the answer is JSON of the response
+                      schema that the parser cannot read as a call (constraints/json_answer.py).
 * required         -- [reasoning] calls (one or more; exactly one when not parallel).
 * named            -- [reasoning] exactly one call to that tool.
 * response_format  -- [reasoning] JSON of the response schema.
@@ -34,6 +36,7 @@ from dataclasses import dataclass
 from types import ModuleType
 
 from callgate.constraints.free_text import FreeText
+from callgate.constraints.json_answer import answer_regex
 from callgate.constraints.json_schema import Context, schema_regex
 from callgate.constraints.request import GrammarRequest
 from callgate.formats import FORMATS, ToolCallFormat, get_format
@@ -92,9 +95,8 @@ def _grammar(req: GrammarRequest) -> Grammar:
 
 def _auto(fmt: ToolCallFormat, fam: ModuleType, req: GrammarRequest, prefix: str, calls: str) -> Grammar:
     mixes = getattr(fam, "lazy_ok", lambda f: True)(fmt)
-    if req.response_schema is not None:
-        answer = schema_regex(req.response_schema, Context(root=req.response_schema), "response_format")
-        return Grammar(f"{prefix}(?:{answer}|{calls})", None)
+    if req.response_schema is not None:  # the answer never reads as a call (json_answer.py)
+        return Grammar(f"{prefix}(?:{answer_regex(fmt, req.response_schema)}|{calls})", None)
     if mixes and req.thinking is not True:
         return Grammar(calls, fmt.call_trigger)
     content: str = fam.content(fmt)

@@ -31,7 +31,8 @@ Thinking = bool | None
 #    `type` beside enum/const/anyOf/oneOf/allOf narrows it; $ref chains are followed
 # 6: qwen3-xml writes a value its parser reads by type: branches in order, text after `string`
 # 7: qwen3-xml types an untyped `const`/`enum` by its values (`enum: [1, "a"]` writes `1` too)
-GRAMMAR_VERSION = 7
+# 8: llama3-json answers beside tools under auto never start as a call (json_answer.py)
+GRAMMAR_VERSION = 8
 _NO_PARAMETERS: Mapping[str, Any] = {"type": "object", "properties": {}}
 
 

@@ -9,7 +9,11 @@ Does not know: templates, constraints, engines or HTTP.
 
 llama3-json: a bare JSON object or array at the start of the output is a call attempt
 unless the caller passed `tools=[]` (no tools enabled), in which case it is an answer;
-`<|python_tag|>` is a call attempt either way.
+`<|python_tag|>` is a call attempt either way. With `json_answer` (the request asks for a
+JSON answer, response_format, while tools may be called: both may start with `{`), a
+leading object is a call only when its first two keys are the call's name and arguments
+keys; any other JSON value is the answer, held back until the object's keys decide
+(constraints/json_answer.py keeps such answers out of the grammar's answer alternative).
 
 Streaming: `feed(delta)` looks only at the delta plus a bounded hold-back (a possibly
 partial marker, one held separator, a run of held newlines at the end of reasoning); the
@@ -74,12 +78,17 @@ _SLOW, _FAST_TEXT, _IN_BLOCK, _HOLD, _FAST_REASONING = range(5)
 class JsonCallParser:
     """Per-request parser for one JSON-family format. See the module docstring."""
 
-    def __init__(self, spec: JsonFamilySpec, tools: Tools, *, thinking: bool, call_ids: CallIdFactory) -> None:
+    def __init__(
+        self, spec: JsonFamilySpec, tools: Tools, *, thinking: bool, call_ids: CallIdFactory, json_answer: bool = False
+    ) -> None:
         self._spec = spec
         # single layout: bare JSON at the start is a call only when tools may be called
         # (golden/llama3-json/FORMAT.md 6: "only ... when tools are enabled"); tools=[] says
         # none are, tools=None that the caller did not say.
         self._bare_calls = tools is None or len(tools) > 0
+        # ... and, when a JSON answer may stand there too, only when call-shaped
+        self._json_answer = json_answer and spec.layout == "single" and self._bare_calls
+        self._undecided = False  # a leading object whose keys do not yet tell call from answer
         self._builder = ResultBuilder()
         self._text_stop = spec.text_stop.search
         self._thought_stop = spec.thought_stop.search
@@ -174,7 +183,7 @@ class JsonCallParser:
             return _SLOW if self._lstrip else _FAST_TEXT
         if self._state == _REASONING:  # once started, leading newlines are no longer dropped
             return _FAST_REASONING if self._r_started else _SLOW
-        return _IN_BLOCK if self._state == _BLOCK else _SLOW
+        return _IN_BLOCK if self._state == _BLOCK and not self._undecided else _SLOW
 
     def _block_stopped(self, delta: str, j: int) -> list[Event]:
         """The JSON of a block, fed `delta` with nothing held back, stopped at `j`."""
@@ -241,12 +250,17 @@ class JsonCallParser:
         spec, buf, i = self._spec, self._buf, self._i
         rest = buf[i:]
         if spec.layout == "single":
-            if rest[:1] in ("{", "[") and self._bare_calls:
+            if rest[:1] == "{" and self._json_answer:
+                self._undecided = True
+                return self._open_block(i, i)
+            if rest[:1] in ("{", "[") and self._bare_calls and not self._json_answer:
                 return self._open_block(i, i)
             if rest.startswith(spec.block_open):
                 return self._open_block(i, i + len(spec.block_open))
             if not self._final and spec.block_open.startswith(rest):
                 return False
+            if self._json_answer and rest:
+                self._bare_calls = False  # the answer: JSON in it is text, as without tools
         elif spec.reasoning_open:
             if rest.startswith(spec.reasoning_open):
                 self._i = i + len(spec.reasoning_open)
@@ -364,6 +378,13 @@ class JsonCallParser:
         scan = self._scan
         self._raw.append(self._buf[self._i : j])
         self._i = j
+        if self._undecided:
+            verdict = self._verdict()
+            if verdict is None:
+                return False
+            if verdict == "answer":
+                return self._answer_so_far()
+            self._undecided = False
         self._stream_call()
         if scan.done:
             if self._spec.layout == "object":
@@ -375,6 +396,26 @@ class JsonCallParser:
             self._go(_BLOCK_FAILED)
             return True
         return False
+
+    def _verdict(self) -> str | None:
+        """json_answer: whether the leading object read so far is a call ("call": its first
+        two keys are the name and arguments keys, or it is not JSON) or the answer; None
+        while its keys do not tell."""
+        scan, spec = self._scan, self._spec
+        keys = scan.top_keys
+        if keys[:1] not in ([], [spec.name_key]) or keys[1:2] not in ([], [spec.arguments_key]):
+            return "answer"
+        if len(keys) >= 2 or scan.failed:
+            return "call"
+        return "answer" if scan.done else None
+
+    def _answer_so_far(self) -> bool:
+        """The held object is the answer: its text is content, and so is what follows."""
+        self._undecided = False
+        self._bare_calls = False
+        self._text("".join(self._raw))
+        self._go(_CONTENT)
+        return True
 
     def _stream_call(self) -> None:
         scan = self._scan
@@ -611,6 +652,10 @@ def _waiting(spec: JsonFamilySpec) -> tuple[frozenset[str], ...]:
     return table
 
 
-def make_parser(fmt: ToolCallFormat, tools: Tools, *, thinking: bool, call_ids: CallIdFactory) -> StreamParser:
-    """A fresh parser for one response in a JSON-family format."""
-    return JsonCallParser(json_family_spec(fmt.name), tools, thinking=thinking, call_ids=call_ids)
+def make_parser(
+    fmt: ToolCallFormat, tools: Tools, *, thinking: bool, call_ids: CallIdFactory, json_answer: bool = False
+) -> StreamParser:
+    """A fresh parser for one response in a JSON-family format. `json_answer`: the request
+    asks for a JSON answer while tools may be called (see the module docstring)."""
+    spec = json_family_spec(fmt.name)
+    return JsonCallParser(spec, tools, thinking=thinking, call_ids=call_ids, json_answer=json_answer)

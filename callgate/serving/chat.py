@@ -311,7 +311,13 @@ class ChatService:
         prompt = await self._prompt(turn)
         req = turn.req
         fmt = self.settings.format
-        parser = parsers.stream_parser(fmt, parser_tools(req), thinking=req.thinking, call_ids=call_id_factory(fmt))
+        parser = parsers.stream_parser(
+            fmt,
+            parser_tools(req),
+            thinking=req.thinking,
+            call_ids=call_id_factory(fmt),
+            json_answer=req.response_format is not None and req.tool_choice == "auto",
+        )
         request_id = f"{turn.completion_id}-{rnd.index}"
         # Where calls or reasoning may be written, stop strings end only the text (stop_filter.py).
         stops = StopFilter(req.stop) if stops_outside_markup(fmt, req) else None

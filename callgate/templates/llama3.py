@@ -106,6 +106,7 @@ class _Call:
 class _Message:
     where: str
     role: str  # system | user | assistant | tool
+    sent_role: str  # the role as the client sent it (`developer` reads as system)
     text: str  # joined content, not yet trimmed or neutralised
     instruction: str | None  # quick-instruction text to append
     call: _Call | None  # set for a tool-call turn (its content is dropped, as the template does)
@@ -136,10 +137,11 @@ def _read_message(index: int, message: object, fmt: ToolCallFormat, drop_thinkin
     assert isinstance(message, Mapping)
     check_reasoning(message, where, fmt, drop_thinking)
     instruction = quick_task(message, where, role, fmt)
+    sent = str(message["role"])
     if role == "assistant" and message.get("tool_calls") is not None:
-        return _Message(where, role, "", None, _read_call(message, where, fmt))
+        return _Message(where, role, sent, "", None, _read_call(message, where, fmt))
     text = "".join(content_text(message.get("content"), f"{where}.content"))
-    return _Message(where, role, text, instruction, None)
+    return _Message(where, role, sent, text, instruction, None)
 
 
 def _turn(fmt: ToolCallFormat, role: str, body: str) -> str:
@@ -187,7 +189,13 @@ def _first_user_turn(fmt: ToolCallFormat, msgs: Sequence[_Message], tools: Seque
         )
     first = msgs[0]
     if first.role != "user" or first.call is not None:
-        raise template_error(f"{first.where}.role", f"the tool list goes into the first user message, got {first.role}")
+        # The reference would print this message as the user's question (it takes the first
+        # message after the system message whatever its role), and it has one system turn.
+        raise template_error(
+            f"{first.where}.role",
+            "the tool list goes into the first user message, which must come right after the system"
+            f" message; got {first.sent_role} (write the system and developer instructions as one message)",
+        )
     return _turn(fmt, "user", fmt.markers["tools_in_user_prefix"] + _tool_list(fmt, tools) + _plain_body(fmt, first))
 
 
