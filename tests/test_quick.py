@@ -27,6 +27,7 @@ from callgate.serving.quick_heads import (
     HEADS,
     check_tasks,
     decode,
+    first_line,
     head_choice,
     head_max_tokens,
     head_prompt,
@@ -468,3 +469,70 @@ def _sampling() -> Any:
     from callgate.serving.engine import SamplingParams
 
     return SamplingParams(max_tokens=4, temperature=0.0)
+
+
+# ---- a text head read past leading blank lines -------------------------------------------------
+
+
+def titling(fmt: str, reply: str, main: str = "The main answer.") -> FakeEngine:
+    """An engine that writes `reply` to a title head's prompt and `main` to any other."""
+    title = get_format(fmt).quick_tasks["title"]
+    return FakeEngine(respond=lambda req: reply if title in req.prompt else main)
+
+
+ANSWERED = [*CHAT, {"role": "assistant", "content": "Sunny, 21 degrees."}]
+
+
+@pytest.mark.parametrize(
+    ("text", "line"),
+    [
+        ("\nWeather in Oslo\nmore", "\nWeather in Oslo"),
+        (" \n\t\nOslo\n", " \n\t\nOslo"),
+        ("Oslo\n", "Oslo"),
+        ("\n\n \n", None),
+        ("\nWeather in Os", None),
+        ("", None),
+    ],
+)
+def test_first_line_ends_after_text_only(text: str, line: str | None) -> None:
+    assert first_line(text, ("\n",)) == line
+
+
+@pytest.mark.parametrize("fmt", QUICK_FORMATS)
+@pytest.mark.parametrize(
+    ("reply", "title", "text", "tokens", "finish"),
+    [
+        # the fake writes a token a character; the title's bound is 16 tokens
+        ("\nWeather in Oslo\n", "Weather in Oslo", "\nWeather in Oslo", 16, "length"),
+        ("\nOslo weather\nmore", "Oslo weather", "\nOslo weather", 14, "stop"),
+        ('\n\n \n"Oslo"\nmore', "Oslo", '\n\n \n"Oslo"', 11, "stop"),
+        (" \n\tOslo weather", "Oslo weather", " \n\tOslo weather", 16, "stop"),  # ended by EOS
+    ],
+)
+async def test_a_title_after_leading_blank_lines_is_its_first_line(
+    fmt: str, reply: str, title: str, text: str, tokens: int, finish: str
+) -> None:
+    engine = titling(fmt, reply)
+    run = (await QuickService(engine, fmt).run(Conversation(tuple(ANSWERED)), ["title"])).runs[0]
+    assert (run.output, run.text, run.finish_reason) == (title, text, finish)
+    assert run.completion_tokens == len(run.token_ids) == tokens
+    assert len(engine.requests) == 1 and engine.requests[0].sampling.stop == ()
+
+
+@pytest.mark.parametrize(
+    ("reply", "tokens", "aborted"),
+    [("Oslo weather\nmore lines", 13, True), ("Weather in Oslo\nmore", 16, False)],  # the bound on its end
+)
+async def test_a_title_on_its_first_line_ends_there(reply: str, tokens: int, aborted: bool) -> None:
+    engine = titling("llama3-json", reply)
+    run = (await QuickService(engine, "llama3-json").run(Conversation(tuple(ANSWERED)), ["title"])).runs[0]
+    title = reply.split("\n")[0]
+    assert (run.output, run.text, run.completion_tokens, run.finish_reason) == (title, title, tokens, "stop")
+    assert engine.aborted == [engine.requests[0].request_id] * aborted  # stopped reading at the line's end
+
+
+@pytest.mark.parametrize(("reply", "tokens"), [("\n" * 40, 16), (" ", 2), ("\n \n", 4), ("", 1)])
+async def test_a_title_of_blank_lines_only_is_none_within_the_bound(reply: str, tokens: int) -> None:
+    engine = titling("mistral", reply)
+    run = (await QuickService(engine, "mistral").run(Conversation(tuple(ANSWERED)), ["title"])).runs[0]
+    assert run.output is None and run.completion_tokens == tokens and len(engine.requests) == 1

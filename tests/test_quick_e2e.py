@@ -2,7 +2,9 @@
 exactly the same tokens whether its conversation prefix came from the prefix cache (put
 there by the main prompt) or was computed from scratch; and a categorical head decided
 early (one or two tokens, label completed by callgate) answers exactly what the full
-greedy constrained decode writes, as read_url does asking its URLs in turn (one step each).
+greedy constrained decode writes, as read_url does asking its URLs in turn (one step each);
+and a llama3-json title whose greedy answer starts with a newline is read past it, in the
+tokens a decode without a stop string writes.
 
 The engine runs in a child process (this file run as a script), as the other e2e tests run
 their servers: vLLM's import-time warnings must not meet pytest's warnings-as-errors. The
@@ -61,6 +63,11 @@ def test_heads_write_the_same_tokens_with_and_without_the_cached_prefix() -> Non
     assert proc.returncode == 0, proc.stderr[-4000:]
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     together = report.pop("together")
+    title = report.pop("title_after_newline")
+    # QA's case: SmolLM2 starts its llama3-json title with a newline; the head reads past it
+    # and writes exactly the tokens greedy decoding writes without a stop string
+    assert title["text"][:1].isspace() and isinstance(title["output"], str) and title["output"], title
+    assert title["token_ids"] == title["free"], title
     assert set(report) == set(TASKS)
     # heads on a conversation nothing has computed: one computes the shared blocks, the rest
     # (and the main prompt after them) read them from the cache
@@ -151,6 +158,7 @@ async def _check() -> dict[str, Any]:
                 await reset()
                 report[task]["full"] = _run(await full_decode.run_head(conv, task, f"full-{task}"))
         report["together"] = await _together(engine, quick, reset)
+        report["title_after_newline"] = await _title_after_newline(engine, reset)
     finally:
         await engine.shutdown()
     return report
@@ -185,6 +193,24 @@ async def _together(engine: Any, quick: Any, reset: Any) -> dict[str, Any]:
         "shared": _common(heads) // BLOCK_SIZE * BLOCK_SIZE,
         "shared_main": _common([main, *heads]) // BLOCK_SIZE * BLOCK_SIZE,
     }
+
+
+async def _title_after_newline(engine: Any, reset: Any) -> dict[str, Any]:
+    """The title head in llama3-json on QA's conversation (its greedy answer starts with a
+    newline), and the same prompt decoded greedily without a stop for as many tokens."""
+    from callgate.serving.engine import GenerationRequest, SamplingParams
+    from callgate.serving.quick import Conversation, QuickService
+    from callgate.serving.quick_heads import head_prompt
+
+    fmt, msgs = "llama3-json", [{"role": "user", "content": "Tell me about Paris"}]
+    await reset()
+    head = await QuickService(engine, fmt).run_head(Conversation(tuple(msgs)), "title", "title-newline")
+    prompt = head_prompt(fmt, msgs, "title")
+    sampling = SamplingParams(max(len(head.token_ids), 1), 0.0)
+    free: list[int] = []
+    async for delta in engine.generate(GenerationRequest("title-free", prompt.text, sampling, None, prompt.spans)):
+        free += delta.token_ids
+    return {**_run(head), "free": free}
 
 
 def _common(prompts: list[list[int]]) -> int:

@@ -14,7 +14,7 @@ import pytest
 from callgate.serving.app import create_app
 from callgate.serving.fake_engine import FakeEngine
 from callgate.serving.settings import Settings
-from tests.test_quick import CHAT, DECIDED_TOKENS, EXPECTED, scripted
+from tests.test_quick import CHAT, DECIDED_TOKENS, EXPECTED, scripted, titling
 
 MODEL = "fake-model"
 
@@ -137,3 +137,24 @@ async def test_chat_without_quick_has_no_quick_block(make_client: Any) -> None:
     client, engine = make_client()
     resp = await client.post("/v1/chat/completions", json={"messages": CHAT})
     assert "quick" not in resp.json()["callgate"] and len(engine.requests) == 1
+
+
+# ---- a title after leading blank lines, at the wire ------------------------------------------
+
+
+@pytest.mark.parametrize("fmt", ["llama3-json", "mistral", "dsml-v4"])
+async def test_quick_route_reads_a_title_past_its_leading_newline(make_client: Any, fmt: str) -> None:
+    client, engine = make_client(titling(fmt, "\nWeather\nmore"), format=fmt)
+    resp = await client.post("/v1/quick", json={"messages": CHAT, "tasks": ["title"]})
+    assert resp.status_code == 200, resp.text
+    body = resp.json()
+    assert body["results"] == {"title": "Weather"}
+    assert body["usage"]["completion_tokens"] == len("\nWeather\n") and len(engine.requests) == 1
+
+
+async def test_chat_completion_reads_a_title_past_its_leading_newline(make_client: Any) -> None:
+    client, _ = make_client(titling("llama3-json", "\n\nOslo weather"), format="llama3-json")
+    body = {"messages": CHAT, "callgate": {"quick": ["title"]}}
+    resp = await client.post("/v1/chat/completions", json=body)
+    assert resp.status_code == 200, resp.text
+    assert resp.json()["callgate"]["quick"] == {"title": "Oslo weather"}

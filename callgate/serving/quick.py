@@ -33,8 +33,26 @@ prompt shares the KV blocks of the request before it. The forced text is tokeniz
 written, where the constrained full decode picks its own tokens for it, so the two can
 still differ in rare cases.
 
+A title's line end: `title` ends at the end of its first line with text. An engine stop
+string "\n" cannot say "with text": some models start the answer with a newline (SmolLM2
+under the llama3-json and mistral framings, and under dsml-v4 with tools), and the stop
+ended those heads on it, before any text (title null after one token). The head sends no
+stop string and stops reading once `first_line` finds the line's end, which aborts it in
+the engine. vLLM's own stop strings end a request the same way (its frontend finds them in
+the output and sends the engine an abort), so a title ends at the same step as with the
+stop string, give or take the event-loop turn between vLLM's output loop and the head
+reading the delta (not measured). One request writes the tokens a greedy decode without
+any stop writes. Not taken: a second request going on from the head prompt plus the blank
+tokens costs no step either, but wrote other tokens on the real model (QA's conversation:
+the two diverged at the fifth token), its prefill computing the blank tokens' KV where the
+decode had; a grammar barring leading whitespace makes the model write another first
+token than its own; vLLM's `min_tokens` holds stop strings back for a fixed number of
+tokens only (and bars EOS meanwhile).
+
 `HeadRun.text` is the answer as written in full (a decided label completed, each read_url
-line with its forced start); `token_ids` are only the tokens the model generated.
+line with its forced start, a title up to its line's end, the blank lines before it kept);
+`token_ids` are only the tokens the model generated (those read: a title's may run a token
+past its line's end where the engine delivered two at once).
 """
 
 from __future__ import annotations
@@ -42,8 +60,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import secrets
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,11 +73,11 @@ from callgate.serving.quick_heads import (
     DEFAULT_LABELS,
     HEADS,
     URL_CHOICE,
-    Choice,
     HeadConstraint,
     HeadPrompt,
     check_tasks,
     decode,
+    first_line,
     head_choice,
     head_constraint,
     head_max_tokens,
@@ -189,10 +208,13 @@ class QuickService:
             # the engine stops at the deciding tokens; budget closing off keeps their mask the full decode's
             constraint = dataclasses.replace(constraint, budget_closing=False)
             max_tokens = deciding
-        sampling = SamplingParams(max_tokens, 0.0, 1.0, None, spec.stop)
-        last = await _generate(
-            self.engine, GenerationRequest(request_id, prompt.text, sampling, constraint, prompt.spans), choice
-        )
+        sampling = SamplingParams(max_tokens, 0.0)  # no engine stop strings: a line's end is read here
+        req = GenerationRequest(request_id, prompt.text, sampling, constraint, prompt.spans)
+        line = functools.partial(first_line, ends=spec.stop) if spec.stop else None
+        last = await _generate(self.engine, req, choice.decided if choice is not None else line)
+        cut = line(last.text) if line is not None else None
+        if cut is not None:  # ended at its line's end, also where the bound fell on it
+            last = dataclasses.replace(last, text=cut, finish_reason="stop")
         said = choice.decided(last.text, last.finish_reason == "stop") if choice is not None else None
         text, output = (said[0], said[1]) if said else (last.text, decode(task, last.text, label_sets, urls))
         return last.run(task, output, text)
@@ -212,7 +234,7 @@ class QuickService:
             spans = (*spans, (len(text), len(text) + len(u)))
             text = f"{text}{u}:"
             req = GenerationRequest(f"{request_id}-{i}", text, sampling, constraint, spans)
-            lasts.append(await _generate(self.engine, req, URL_CHOICE))
+            lasts.append(await _generate(self.engine, req, URL_CHOICE.decided))
             said.append(URL_CHOICE.decided(lasts[-1].text, lasts[-1].finish_reason == "stop"))
             if said[-1] is None:
                 break  # the grammar ends here (only an abort): no line to continue from
@@ -325,9 +347,10 @@ class _Last:
         )
 
 
-async def _generate(engine: Engine, req: GenerationRequest, until: Choice | None = None) -> _Last:
-    """Run one generation to its end, or until `until` is decided; leaving early aborts it
-    (shielded). A decided generation's finish reason is None."""
+async def _generate(engine: Engine, req: GenerationRequest, until: Callable[[str], object] | None = None) -> _Last:
+    """Run one generation to its end, or until `until(text so far)` is truthy (a decided
+    label, a title's line end); leaving early aborts it (shielded). A decided generation's
+    finish reason is None."""
     text: list[str] = []
     ids: list[int] = []
     last: TokenDelta | None = None
@@ -338,7 +361,7 @@ async def _generate(engine: Engine, req: GenerationRequest, until: Choice | None
                 text.append(delta.text)
                 ids += delta.token_ids
                 last = delta
-                if until is not None and delta.finish_reason is None and until.decided("".join(text)):
+                if until is not None and delta.finish_reason is None and until("".join(text)):
                     break
     finally:
         if last is None or last.finish_reason is None:

@@ -10,8 +10,10 @@ how a head's output decodes. Does not know: engines, requests or concurrency (`q
 runs heads), HTTP, or any format's syntax (that lives in `formats.py` / the templates).
 
 Text heads are length-bounded: `title` at 16 tokens (the instruction asks for at most eight
-words, ~1.3 tokens a word in English plus quotes; it stops at the line's end), `query` at 32
-(a web query is 2-6 words, so about three queries; a search step rarely runs more).
+words, ~1.3 tokens a word in English plus quotes, which leaves room for a blank line or two
+before it; it stops at the end of its first line with text, `first_line`: some models
+start the answer with a newline), `query` at 32 (a web query is 2-6 words, so about three
+queries; a search step rarely runs more; `decode` skips its blank lines).
 
 Outputs: `action` -> "search" | "answer"; `read_url` -> {url: bool} for each URL in the
 last user message; `query` -> list of strings; `authority`, `domain`, `title` -> string.
@@ -38,7 +40,9 @@ Output = Literal["choice", "urls", "lines", "text"]
 
 @dataclass(frozen=True, slots=True)
 class HeadSpec:
-    """One head: where it sits, how its output is read, and its token bound."""
+    """One head: where it sits, how its output is read, and its token bound. `stop`: the
+    strings that end a text head once it has written text (`first_line`); callgate reads
+    them itself, since an engine stop string would also fire on blank lines before the text."""
 
     task: str
     position: Position
@@ -265,6 +269,14 @@ def head_max_tokens(task: str, urls: Sequence[str]) -> int:
 
 
 # ---- decoding ---------------------------------------------------------------------------------
+
+
+def first_line(text: str, ends: Sequence[str]) -> str | None:
+    """`text` up to the first of `ends` after its first character other than whitespace
+    (the blank lines before it kept); None while no such end is written."""
+    start = len(text) - len(text.lstrip())
+    hits = [i for i in (text.find(e, start) for e in ends if e) if i >= 0]
+    return text[: min(hits)] if start < len(text) and hits else None
 
 
 def decode(task: str, text: str, labels: Mapping[str, tuple[str, ...]], urls: Sequence[str]) -> Any:
