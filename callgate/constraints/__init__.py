@@ -13,7 +13,8 @@ how the mask is applied (callgate.constraints.processor, callgate.kernels).
 
 Errors: SchemaTooComplexError (400, code schema_too_complex) naming the keyword, the time
 limit or the size of the Index; CompilerBusyError (503, code grammar_compiler_busy) when the
-compile workers stay busy; InvalidRequestError (400) for a tool_choice naming no tool.
+compile workers stay busy, or a grammar holding no schema runs past the time limit;
+InvalidRequestError (400) for a tool_choice naming no tool.
 """
 
 from __future__ import annotations
@@ -130,6 +131,12 @@ class _Plan:
     def param(self) -> str:
         return "response_format" if self.req.mode == "response_format" else "tools"
 
+    @property
+    def schema_param(self) -> str | None:
+        """`param`, or None where the grammar holds no schema (tool_choice `none`: content
+        only), so that running past the time limit is no fault of the request's."""
+        return None if not self.req.tools and self.req.response_schema is None else self.param
+
 
 def _plan(
     format: str,
@@ -226,8 +233,9 @@ async def build_async(
     """`build` off the event loop. A request needing no grammar, or one whose Index is in
     memory, runs in the loop's default executor and never waits for a compile. A compile
     runs in the compile pool (compile_pool.py, two workers): SchemaTooComplexError when it
-    runs past `timeout_s` from its start (it goes on and lands in the cache),
-    CompilerBusyError (503) when no worker frees up within `timeout_s`."""
+    runs past `timeout_s` from its start (it goes on and lands in the cache; for a grammar
+    that holds no schema CompilerBusyError instead, retryable), CompilerBusyError (503) when
+    no worker frees up within `timeout_s`."""
     loop = asyncio.get_running_loop()
     found = await loop.run_in_executor(
         None,
@@ -240,5 +248,7 @@ async def build_async(
     plan = found
     assert plan.vocab is not None
     slot = (plan.vocab.fingerprint, plan.key)
-    result: Constraint = await _POOL.run(slot, lambda job: _compile(plan, job), timeout_s=timeout_s, param=plan.param)
+    result: Constraint = await _POOL.run(
+        slot, lambda job: _compile(plan, job), timeout_s=timeout_s, param=plan.schema_param
+    )
     return result

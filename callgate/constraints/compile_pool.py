@@ -11,6 +11,9 @@ that overran its time limit keeps its thread until it ends. Hence:
   complex;
 * a request that waits longer than the time limit for a worker gets CompilerBusyError
   (503, retryable) at once, and a queued compile nobody waits for any more is dropped;
+* a grammar that holds no schema (the caller passes `param=None`: tool_choice `none`'s
+  content grammar) has nothing to simplify: its overrun is CompilerBusyError too, and a
+  retry that joins the compile waits its own full time limit for it;
 * requests for the same slot (vocabulary, grammar key) share one compile, so a client
   retrying a grammar that overran does not start another;
 * the work is handed its Job and calls `job.proceed()` before its costly step: a job that
@@ -73,23 +76,24 @@ class CompilePool:
         with self._lock:
             return sum(job.waiters for job in self._jobs.values())
 
-    async def run(self, slot: Hashable, work: Callable[[Job], Any], *, timeout_s: float, param: str) -> Any:
+    async def run(self, slot: Hashable, work: Callable[[Job], Any], *, timeout_s: float, param: str | None) -> Any:
         """The result of `work(job)`, computed in a worker (or the one already computing
-        `slot`). Raises CompilerBusyError (no worker within `timeout_s`),
-        SchemaTooComplexError naming `param` (the compile ran past `timeout_s`), or what
-        `work` raised."""
+        `slot`). Raises CompilerBusyError (no worker within `timeout_s`), on a compile past
+        `timeout_s` SchemaTooComplexError naming `param` (the request field whose schemas
+        the grammar holds) or, with `param` None (it holds none), CompilerBusyError; or
+        what `work` raised."""
+        arrived_at = time.monotonic()
         job, queued = self._join(slot, work)
         try:
             started_at = await self._start(job, timeout_s if queued else None)
-            remaining_s = max(started_at + timeout_s - time.monotonic(), 0.0)
+            # a schema-free grammar always ends: a retry that joined it waits as long again
+            since = started_at if param is not None else max(started_at, arrived_at)
+            remaining_s = max(since + timeout_s - time.monotonic(), 0.0)
             assert job.done is not None
             try:
                 return await _wait(job.done, remaining_s)
             except TimeoutError:
-                raise SchemaTooComplexError(
-                    f"the tool/response schemas did not compile into a grammar within {timeout_s:g} s; simplify them",
-                    param=param,
-                ) from None
+                raise _overrun(timeout_s, param) from None
         finally:
             self._leave(job)
 
@@ -147,6 +151,20 @@ class CompilePool:
             if self._jobs.get(job.slot) is job:
                 del self._jobs[job.slot]  # a new request for the slot starts afresh
         raise Abandoned(f"grammar compile {job.slot!r}: every request gave up; stopped")
+
+
+def _overrun(timeout_s: float, param: str | None) -> Exception:
+    """The error of a compile that ran past `timeout_s` (it goes on, and lands in the cache)."""
+    if param is None:
+        return CompilerBusyError(
+            f"the server is still compiling this format's grammar (it holds no schema; past {timeout_s:g} s); "
+            "retry shortly",
+            code="grammar_compiler_busy",
+        )
+    return SchemaTooComplexError(
+        f"the tool/response schemas did not compile into a grammar within {timeout_s:g} s; simplify them",
+        param=param,
+    )
 
 
 async def _wait(source: Future[T], timeout_s: float | None) -> T:

@@ -32,7 +32,8 @@ Thinking = bool | None
 # 6: qwen3-xml writes a value its parser reads by type: branches in order, text after `string`
 # 7: qwen3-xml types an untyped `const`/`enum` by its values (`enum: [1, "a"]` writes `1` too)
 # 8: llama3-json answers beside tools under auto never start as a call (json_answer.py)
-GRAMMAR_VERSION = 8
+# 9: json-family content keeps a numbered run of reserved tokens out by its prefix (`<SPECIAL_`)
+GRAMMAR_VERSION = 9
 _NO_PARAMETERS: Mapping[str, Any] = {"type": "object", "properties": {}}
 
 

@@ -9,6 +9,7 @@ the chat flow, or the wire shapes.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import logging
 from collections.abc import AsyncIterator
@@ -43,7 +44,11 @@ def create_app(settings: Settings, *, engine: Engine, validator: Validator | Non
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        warming = asyncio.create_task(service.warm_grammars())  # in the background: /health is ready at once
         yield
+        warming.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await warming
         await engine.shutdown()
 
     app = FastAPI(title="callgate", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url="/openapi.json")

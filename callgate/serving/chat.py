@@ -85,6 +85,8 @@ from callgate.serving.stop_filter import StopFilter
 from callgate.types import Diagnostic, DiagnosticEvent, Event, ParseResult, ReasoningDelta, TextDelta, arguments_json
 
 log = logging.getLogger("callgate.chat")
+_WARM_TOOL = {"type": "function", "function": {"name": "warm_up"}}
+_WARM_TIMEOUT_S = 600.0
 
 
 class ChatFailure(Exception):
@@ -417,6 +419,32 @@ class ChatService:
         )
         ref: ConstraintRef | None = None if constraint is None else constraint.ref()
         return ref
+
+    async def warm_grammars(self) -> None:
+        """Compile the format's grammar that holds no schema (tool_choice `none`, as a
+        request with default settings asks for it) into the cache, so that the first such
+        request does not wait for it (mistral's took seconds before GRAMMAR_VERSION 9). Run
+        in the background at start; a failure is logged, never raised."""
+        build_async = getattr(importlib.import_module("callgate.constraints"), "build_async", None)
+        if not self.settings.constrained or build_async is None:
+            return
+        try:
+            if self._vocabulary is None:
+                self._vocabulary = await anyio.to_thread.run_sync(self.engine.tokenizer.vocabulary)
+            start = time.monotonic()
+            await build_async(
+                self.settings.format,
+                [_WARM_TOOL],  # under `none` no tool enters the grammar or its key
+                "none",
+                None,
+                None,
+                self._vocabulary,
+                eos_token_id=self.engine.tokenizer.eos_token_id,
+                timeout_s=_WARM_TIMEOUT_S,
+            )
+            log.info("warmed the %s tool_choice=none grammar in %.2f s", self.settings.format, time.monotonic() - start)
+        except Exception:  # a warm-up is an optimisation: each request compiles what it needs
+            log.warning("could not warm the %s grammar", self.settings.format, exc_info=True)
 
     # ---- validation and repair ----------------------------------------------------------
 

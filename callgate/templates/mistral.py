@@ -246,10 +246,14 @@ def _tool_list(fmt: ToolCallFormat, tools: Sequence[Mapping[str, Any]]) -> str:
             raise _bad_name(f"{where}.function.name", name)
         description = function.get("description") or ""
         parameters = function.get("parameters")
+        if parameters is None:
+            # mistral-common's Function requires one; callgate reads an omitted one as any
+            # object (README), and shows the model the schema ChatRequest.schema_of uses
+            parameters = {"type": "object", "properties": {}}
         if not isinstance(description, str):
             raise template_error(f"{where}.function.description", "expected a string")
         if not isinstance(parameters, Mapping):
-            raise template_error(f"{where}.function.parameters", "a parameters object is required")
+            raise template_error(f"{where}.function.parameters", "expected a JSON Schema object")
         out.append(
             {"type": "function", "function": {"name": name, "description": description, "parameters": parameters}}
         )
