@@ -199,3 +199,11 @@ async def test_http_required_call_to_a_tool_without_parameters(make_harness: Any
     assert resp.status_code == 200, resp.text
     [call] = resp.json()["choices"][0]["message"]["tool_calls"]
     assert (call["function"]["name"], json.loads(call["function"]["arguments"])) == ("ping", {})
+
+
+@pytest.mark.parametrize("mode", ["none", "response_format"])
+def test_a_grammar_with_no_call_is_one_key_whatever_parallel_tool_calls_says(mode: str) -> None:
+    tool = [{"type": "function", "function": {"name": "f"}}]
+    choice, fmt = ("none", None) if mode == "none" else ("none", {"type": "json_object"})
+    requests = [grammar_request("mistral", tool, choice, p, fmt) for p in (True, False, None)]
+    assert len({r.key() for r in requests if r is not None}) == 1 and None not in requests

@@ -165,8 +165,9 @@ def grammar_request(
         return GrammarRequest(format, "required", specs, parallel, None, thinking)
     if choice == "auto" and specs:
         return GrammarRequest(format, "auto", specs, parallel, response, thinking)
+    # No call can be written below: `parallel` is set, so that the key does not split on it.
     if response is not None:
-        return GrammarRequest(format, "response_format", (), parallel, response, thinking)
+        return GrammarRequest(format, "response_format", (), True, response, thinking)
     if choice == "none" and specs:
-        return GrammarRequest(format, "none", (), parallel, None, thinking)
+        return GrammarRequest(format, "none", (), True, None, thinking)
     return None
