@@ -16,6 +16,7 @@ from callgate.formats import get_format
 from callgate.serving.app import create_app
 from callgate.serving.conform import call_id_factory, conform_call_ids
 from callgate.serving.fake_engine import FakeEngine
+from tests.harness import streamed_text
 from tests.test_server_app import ASK, MODEL, WEATHER, Harness, SchemaCheck, make_settings
 
 MISTRAL_ID = re.compile(r"[A-Za-z0-9]{9}")
@@ -99,6 +100,23 @@ async def test_max_tokens_inside_the_reasoning_is_a_length_answer_not_a_502(harn
     assert deltas[-1]["finish_reason"] == "length"
     forced = await h.post({**body, "tools": [WEATHER], "tool_choice": "required"})
     assert forced.status_code == 502 and forced.json()["error"]["code"] == "missing_think_end"
+
+
+@pytest.mark.parametrize("fmt", ["hermes", "dsml-v4"])
+async def test_a_model_ending_inside_its_reasoning_is_a_reasoning_only_answer(harness: Any, fmt: str) -> None:
+    """QA: with no tools (no grammar) the model may end its turn before closing the block; the
+    reply is the reasoning so far with finish_reason "stop", streamed and not, not a 502."""
+    h = harness(fmt, [["Cold ", "north."]] * 3)
+    body = _body(chat_template_kwargs={"enable_thinking": True})
+    resp = await h.post(body)
+    assert resp.status_code == 200, resp.text
+    choice = resp.json()["choices"][0]
+    assert (choice["message"]["reasoning_content"], choice["message"]["content"] or "") == ("Cold north.", "")
+    assert choice["finish_reason"] == "stop"
+    content, reasoning, finishes = streamed_text(await h.events(body))
+    assert (content, reasoning, finishes) == ("", "Cold north.", ["stop"])
+    forced = await h.post({**body, "tools": [WEATHER], "tool_choice": "required", "max_tokens": 2})
+    assert forced.status_code == 502
 
 
 async def test_hermes_without_the_switch_leaves_the_generation_prompt_open(harness: Any) -> None:

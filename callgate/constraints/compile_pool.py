@@ -162,7 +162,9 @@ def _overrun(timeout_s: float, param: str | None) -> Exception:
             code="grammar_compiler_busy",
         )
     return SchemaTooComplexError(
-        f"the tool/response schemas did not compile into a grammar within {timeout_s:g} s; simplify them",
+        f"the tool/response schemas did not compile into a grammar within {timeout_s:g} s; simplify them "
+        "(fewer tools, optional properties or bounds) or raise the server's --grammar-timeout. The compile "
+        "goes on: once it has ended, the same tools are served from the grammar cache",
         param=param,
     )
 

@@ -454,7 +454,7 @@ class ChatService:
             self.metrics.diagnostic(d.code)
         broken = fatal(rnd.result.diagnostics)
         if broken is not None and _reasoning_cut_short(turn.req, rnd, broken):
-            broken = None  # max_tokens ended it inside its reasoning: a "length" answer, not bad output
+            broken = None  # it ended inside its reasoning: a reasoning-only answer, not bad output
         if broken is not None:
             error = ModelOutputError(f"model output is not a well-formed call: {broken.message}", code=broken.code)
             raise ChatFailure(error, {**turn.callgate_block(), "raw": rnd.raw(broken.span[0])})
@@ -641,13 +641,16 @@ def _finish_parse(parser: parsers.StreamParser, stops: StopFilter | None, rnd: _
 
 
 def _reasoning_cut_short(req: ChatRequest, rnd: _Round, broken: Diagnostic) -> bool:
-    """`max_tokens` ran out inside the reasoning block (the only fatal diagnostic): as OpenAI
-    answers a reasoning model out of tokens, the reply is the reasoning so far, no content,
-    finish_reason "length" — unless tool_choice needed a call (then a 502, as documented)."""
+    """The output ended inside the reasoning block (the only fatal diagnostic): `max_tokens`
+    ran out, or the model ended its turn there (possible only where no grammar holds it, as
+    without tools). As OpenAI answers a reasoning model out of tokens, the reply is the
+    reasoning so far, no content, finish_reason "length" or "stop" — unless tool_choice
+    needed a call (then a 502, as documented)."""
     assert rnd.result is not None
     forced = req.tool_choice == "required" or isinstance(req.tool_choice, Mapping)
     others = [d for d in rnd.result.diagnostics if d is not broken and d.code not in ADVISORY_CODES]
-    return broken.code == "missing_think_end" and rnd.finish_reason == "length" and not forced and not others
+    ended = rnd.finish_reason in ("length", "stop")
+    return broken.code == "missing_think_end" and ended and not forced and not others
 
 
 def _visible_deltas(batch: list[Event]) -> list[dict[str, Any]]:
