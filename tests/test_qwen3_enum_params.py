@@ -16,16 +16,21 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import httpx
 import pytest
 
 from callgate.parsers.qwen3_xml_values import declared_types
-from callgate.serving.app import create_app
-from callgate.serving.fake_engine import FakeEngine
-from callgate.serving.validation import JsonSchemaValidator
-from tests.test_qwen3_optional_params import call_text, compiled, params_of, parsed, qwen_call, tools, valid
-from tests.test_server_app import MODEL, make_settings
-from tests.test_strict_grammar import ByteSampler, accepts
+from tests.test_qwen3_optional_params import (
+    call_text,
+    check_refused,
+    check_walks,
+    compiled,
+    params_of,
+    parsed,
+    qwen_call,
+    served_call,
+    valid,
+)
+from tests.test_strict_grammar import accepts
 
 # name: (property schema, the values a call may hold, each written and read back as itself)
 CASES: dict[str, tuple[dict[str, Any], list[Any]]] = {
@@ -98,12 +103,7 @@ NEAR_MISSES: dict[str, list[str]] = {
 
 @pytest.mark.parametrize("name", sorted(NEAR_MISSES))
 def test_a_value_read_as_invalid_is_refused(name: str) -> None:
-    params = params_of(CASES[name][0])
-    c = compiled("qwen3-xml", json.dumps(params))
-    for raw in NEAR_MISSES[name]:
-        text = qwen_call(raw)
-        assert not valid(params, parsed("qwen3-xml", params, text)), raw
-        assert not accepts(c, text), raw
+    check_refused(CASES[name][0], NEAR_MISSES[name])
 
 
 # A string value an earlier type would read as another value cannot be written faithfully:
@@ -129,12 +129,7 @@ ALL = {
 
 @pytest.mark.parametrize("fmt", ["qwen3-xml", "dsml-v4", "dsml-v3.2"])
 def test_walks_over_the_grammar_parse_and_validate(fmt: str) -> None:
-    sampler = ByteSampler(compiled(fmt, json.dumps(ALL)).index, seed=5)
-    for i in range(60):
-        text = sampler.sample(budget=30 + (i % 6) * 40)
-        arguments = parsed(fmt, ALL, text)
-        assert arguments is not None, text
-        assert valid(ALL, arguments), (text, arguments)
+    check_walks(fmt, ALL, seed=5)
 
 
 @pytest.mark.parametrize("fmt", ["dsml-v4", "dsml-v3.2"])
@@ -155,13 +150,4 @@ async def test_a_chat_request_with_an_untyped_enum_is_served_under_qwen3_xml() -
         "required": ["level", "flag"],
     }
     arguments = {"level": 2, "flag": True, "mode": None}
-    reply = call_text("qwen3-xml", params, arguments)
-    app = create_app(
-        make_settings(format="qwen3-xml"), engine=FakeEngine(replies=[reply]), validator=JsonSchemaValidator()
-    )
-    body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "tools": tools(params)}
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client:
-        resp = await client.post("/v1/chat/completions", json=body)
-    assert resp.status_code == 200, resp.text
-    [call] = resp.json()["choices"][0]["message"]["tool_calls"]
-    assert same(json.loads(call["function"]["arguments"]), arguments)
+    assert same(await served_call(params, arguments), arguments)

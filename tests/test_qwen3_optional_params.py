@@ -15,24 +15,20 @@ DSML formats, which flag each value as raw text or JSON, must accept the same sc
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
-from functools import cache
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import httpx
 import pytest
 from jsonschema import Draft202012Validator
 
-import callgate.constraints as constraints
-from callgate.formats import get_format
-from callgate.parsers import parse
 from callgate.parsers.qwen3_xml_values import declared_types
 from callgate.serving.app import create_app
 from callgate.serving.fake_engine import FakeEngine
 from callgate.serving.validation import JsonSchemaValidator
-from tests.harness import assistant_completion, openai_tool_calls
+from tests.test_schema_agreement import call_text, compiled, parsed, tools
 from tests.test_server_app import MODEL, make_settings
-from tests.test_strict_grammar import ByteSampler, accepts, byte_vocabulary
+from tests.test_strict_grammar import ByteSampler, accepts
 
 POINT = {"type": "object", "properties": {"x": {"type": "integer"}, "y": {"type": "integer"}}, "required": ["x", "y"]}
 DEFS = {"Point": POINT}
@@ -79,37 +75,9 @@ def params_of(prop: Mapping[str, Any]) -> dict[str, Any]:
     return {"type": "object", "properties": {"a": dict(prop)}, "required": ["a"], "$defs": DEFS}
 
 
-def tools(parameters: Mapping[str, Any]) -> list[dict[str, Any]]:
-    return [{"type": "function", "function": {"name": "f", "parameters": dict(parameters)}}]
-
-
-@cache
-def compiled(fmt: str, parameters_json: str) -> constraints.Constraint:
-    c = constraints.build(fmt, tools(json.loads(parameters_json)), "required", False, None, byte_vocabulary())
-    assert c is not None and c.index is not None
-    return c
-
-
-def call_text(fmt: str, parameters: Mapping[str, Any], arguments: Mapping[str, Any]) -> str:
-    """The call the real template renders for `arguments` (without EOS)."""
-    turn = {"role": "assistant", "content": "", "tool_calls": openai_tool_calls([("f", dict(arguments))])}
-    eos = get_format(fmt).eos
-    text = assistant_completion(fmt, [{"role": "user", "content": "go"}], turn, tools(parameters), eos=eos)
-    return text[: -len(eos)]
-
-
 def qwen_call(value_text: str) -> str:
     """A qwen3-xml call of `f` whose parameter `a` holds `value_text` as it stands."""
     return f"<tool_call>\n<function=f>\n<parameter=a>\n{value_text}\n</parameter>\n</function>\n</tool_call>"
-
-
-def parsed(fmt: str, parameters: Mapping[str, Any], text: str) -> Any:
-    """The one call's arguments, or None when the parser reports a diagnostic."""
-    result = parse(fmt, text + get_format(fmt).eos, tools(parameters))
-    if result.diagnostics:
-        return None
-    [candidate] = result.candidates
-    return candidate.arguments
 
 
 def valid(parameters: Mapping[str, Any], arguments: Any) -> bool:
@@ -140,14 +108,19 @@ NEAR_MISSES: dict[str, list[str]] = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(NEAR_MISSES))
-def test_a_value_read_as_invalid_is_refused(name: str) -> None:
-    params = params_of(CASES[name][0])
+def check_refused(prop: Mapping[str, Any], raws: Sequence[str]) -> None:
+    """Each raw qwen3-xml value is read as invalid by the parser and refused by the grammar."""
+    params = params_of(prop)
     c = compiled("qwen3-xml", json.dumps(params))
-    for raw in NEAR_MISSES[name]:
+    for raw in raws:
         text = qwen_call(raw)
         assert not valid(params, parsed("qwen3-xml", params, text)), raw
         assert not accepts(c, text), raw
+
+
+@pytest.mark.parametrize("name", sorted(NEAR_MISSES))
+def test_a_value_read_as_invalid_is_refused(name: str) -> None:
+    check_refused(CASES[name][0], NEAR_MISSES[name])
 
 
 # A type before `string` that takes only some of its values: a raw string that the parser
@@ -206,14 +179,19 @@ ALL = {
 }
 
 
-@pytest.mark.parametrize("fmt", ["qwen3-xml", "dsml-v4", "dsml-v3.2"])
-def test_walks_over_the_grammar_parse_and_validate(fmt: str) -> None:
-    sampler = ByteSampler(compiled(fmt, json.dumps(ALL)).index, seed=11)
+def check_walks(fmt: str, parameters: Mapping[str, Any], seed: int) -> None:
+    """60 random walks through the compiled grammar each parse to schema-valid arguments."""
+    sampler = ByteSampler(compiled(fmt, json.dumps(parameters)).index, seed=seed)
     for i in range(60):
         text = sampler.sample(budget=30 + (i % 6) * 40)
-        arguments = parsed(fmt, ALL, text)
+        arguments = parsed(fmt, parameters, text)
         assert arguments is not None, text
-        assert valid(ALL, arguments), (text, arguments)
+        assert valid(parameters, arguments), (text, arguments)
+
+
+@pytest.mark.parametrize("fmt", ["qwen3-xml", "dsml-v4", "dsml-v3.2"])
+def test_walks_over_the_grammar_parse_and_validate(fmt: str) -> None:
+    check_walks(fmt, ALL, seed=11)
 
 
 @pytest.mark.parametrize("fmt", ["dsml-v4", "dsml-v3.2"])
@@ -246,13 +224,10 @@ def test_a_cyclic_branch_declares_finite_types() -> None:
     assert not accepts(c, qwen_call("x"))
 
 
-async def test_a_chat_request_with_an_optional_field_is_served_under_qwen3_xml() -> None:
-    params = {
-        "type": "object",
-        "properties": {name.replace("_", ""): prop for name, (prop, _) in CASES.items()},
-        "$defs": DEFS,
-    }
-    reply = call_text("qwen3-xml", params, {"optionalint": None, "optionalstr": "x", "optionalrefobject": None})
+async def served_call(params: Mapping[str, Any], arguments: Mapping[str, Any]) -> Any:
+    """The arguments of the one call a qwen3-xml chat request with tool `f` (`params`)
+    answers when the model writes the call of `arguments` (the app, its validator, a 200)."""
+    reply = call_text("qwen3-xml", params, arguments)
     app = create_app(
         make_settings(format="qwen3-xml"), engine=FakeEngine(replies=[reply]), validator=JsonSchemaValidator()
     )
@@ -261,7 +236,16 @@ async def test_a_chat_request_with_an_optional_field_is_served_under_qwen3_xml()
         resp = await client.post("/v1/chat/completions", json=body)
     assert resp.status_code == 200, resp.text
     [call] = resp.json()["choices"][0]["message"]["tool_calls"]
-    assert json.loads(call["function"]["arguments"]) == {
+    return json.loads(call["function"]["arguments"])
+
+
+async def test_a_chat_request_with_an_optional_field_is_served_under_qwen3_xml() -> None:
+    params = {
+        "type": "object",
+        "properties": {name.replace("_", ""): prop for name, (prop, _) in CASES.items()},
+        "$defs": DEFS,
+    }
+    assert await served_call(params, {"optionalint": None, "optionalstr": "x", "optionalrefobject": None}) == {
         "optionalint": None,
         "optionalstr": "x",
         "optionalrefobject": None,
