@@ -135,7 +135,7 @@ class _Plan:
     def schema_param(self) -> str | None:
         """`param`, or None where the grammar holds no schema (tool_choice `none`: content
         only), so that running past the time limit is no fault of the request's."""
-        return None if not self.req.tools and self.req.response_schema is None else self.param
+        return None if self.req.mode == "none" else self.param
 
 
 def _plan(

@@ -397,15 +397,21 @@ class ChatService:
             )
         return turn.prompt
 
-    async def _constraint(self, req: ChatRequest) -> ConstraintRef | None:
+    async def _grammar_builder(self) -> Any:
+        """callgate.constraints' `build_async`, the vocabulary loaded; None when the server
+        runs unconstrained (switched off, or callgate.constraints absent: it is optional at
+        this seam)."""
         if not self.settings.constrained:
             return None
-        # callgate.constraints is optional at this seam: without it the server runs unconstrained.
         build_async = getattr(importlib.import_module("callgate.constraints"), "build_async", None)
+        if build_async is not None and self._vocabulary is None:
+            self._vocabulary = await anyio.to_thread.run_sync(self.engine.tokenizer.vocabulary)
+        return build_async
+
+    async def _constraint(self, req: ChatRequest) -> ConstraintRef | None:
+        build_async = await self._grammar_builder()
         if build_async is None:
             return None
-        if self._vocabulary is None:
-            self._vocabulary = await anyio.to_thread.run_sync(self.engine.tokenizer.vocabulary)
         constraint = await build_async(
             self.settings.format,
             req.tools or (),
@@ -425,12 +431,10 @@ class ChatService:
         request with default settings asks for it) into the cache, so that the first such
         request does not wait for it (mistral's took seconds before GRAMMAR_VERSION 9). Run
         in the background at start; a failure is logged, never raised."""
-        build_async = getattr(importlib.import_module("callgate.constraints"), "build_async", None)
-        if not self.settings.constrained or build_async is None:
-            return
         try:
-            if self._vocabulary is None:
-                self._vocabulary = await anyio.to_thread.run_sync(self.engine.tokenizer.vocabulary)
+            build_async = await self._grammar_builder()
+            if build_async is None:
+                return
             start = time.monotonic()
             await build_async(
                 self.settings.format,
