@@ -1,0 +1,133 @@
+"""A request's JSON Schema, made ready for llguidance's JSON compiler.
+
+Knows: which JSON-Schema keywords llguidance 1.7 enforces (measured one by one: the others
+fail its compile with "Unimplemented keys", naming only the first schema that has one), the
+`format` values it knows, and how a sub-schema is moved into a bigger document without
+breaking its `$ref`s. Does not know: formats or Lark.
+
+    prepare(schema, param, *, object_only=False) -> dict   # raises SchemaTooComplexError
+
+* Every keyword llguidance cannot enforce is named in one SchemaTooComplexError (400,
+  `schema_too_complex`), with its place as an OpenAI-style param (`tools[0].function.
+  parameters.properties.x.not`), rather than decoded under a weaker grammar.
+* `unevaluatedProperties` (which strict tools' closing writes, callgate.strict_tools) is
+  read as `additionalProperties` of the same value: llguidance merges an object's
+  `properties` with those of its `allOf`/`anyOf` branches before it closes it, which is what
+  `unevaluatedProperties` means there.
+* A `format` llguidance does not know is an annotation (JSON Schema's default), dropped.
+* `oneOf` is compiled as `anyOf` (the grammar may be wider than the schema there; the
+  validator, which checks the exact schema, has the last word).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from callgate.constraints.json_schema import at
+from callgate.errors import SchemaTooComplexError
+
+ANNOTATIONS = frozenset(
+    {
+        "title", "description", "default", "examples", "$comment", "deprecated", "readOnly",
+        "writeOnly", "$schema", "$id", "$anchor", "contentMediaType", "contentEncoding",
+        "nullable", "strict", "discriminator", "x-guidance",
+    }
+)  # fmt: skip
+ENFORCED = frozenset(
+    {
+        "type", "enum", "const", "anyOf", "oneOf", "allOf", "$ref", "$defs", "definitions",
+        "properties", "required", "additionalProperties", "unevaluatedProperties",
+        "patternProperties", "minProperties", "maxProperties",
+        "items", "prefixItems", "minItems", "maxItems",
+        "minLength", "maxLength", "pattern", "format",
+        "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf",
+    }
+)  # fmt: skip
+FORMATS = frozenset({"date-time", "time", "date", "duration", "email", "hostname", "ipv4", "ipv6", "uuid", "uri"})
+_SCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions")
+_SCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
+_SCHEMA_VALUES = ("items", "additionalProperties", "unevaluatedProperties")
+
+
+def prepare(schema: Mapping[str, Any], param: str, *, object_only: bool = False) -> dict[str, Any]:
+    """A copy of `schema` that llguidance compiles and enforces; `object_only` narrows it to
+    JSON objects (a tool's arguments are always one). Raises SchemaTooComplexError naming
+    every keyword the grammar cannot enforce."""
+    bad: list[str] = []
+    out = _walk(schema, param, bad)
+    if bad:
+        names = ", ".join(bad)
+        raise SchemaTooComplexError(
+            f"schema keywords the grammar cannot enforce: {names} (it enforces "
+            + ", ".join(sorted(ENFORCED, key=str.lower))
+            + "; annotations are ignored)",
+            param=bad[0].rsplit(".", 1)[0] if "." in bad[0] else param,
+        )
+    if object_only and isinstance(out, dict):
+        out = _as_object(out)
+    assert isinstance(out, dict)
+    return out
+
+
+def _as_object(schema: dict[str, Any]) -> dict[str, Any]:
+    kind = schema.get("type")
+    if kind == "object":
+        return schema
+    if kind is None:
+        return {**schema, "type": "object"}
+    kinds = kind if isinstance(kind, list) else [kind]
+    return {**schema, "type": "object"} if "object" in kinds else {**schema, "type": "object", "enum": []}
+
+
+def _walk(node: Any, path: str, bad: list[str]) -> Any:
+    if isinstance(node, bool):
+        return node
+    if not isinstance(node, Mapping):
+        return node
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if key in ANNOTATIONS:
+            continue
+        if key not in ENFORCED:
+            bad.append(at(path, key))
+            continue
+        if key == "format":
+            if value in FORMATS:
+                out[key] = value
+        elif key in _SCHEMA_MAPS and isinstance(value, Mapping):
+            out[key] = {k: _walk(v, at(path, key, k), bad) for k, v in value.items()}
+        elif key in _SCHEMA_LISTS and isinstance(value, list):
+            out[key] = [_walk(v, at(path, key, i), bad) for i, v in enumerate(value)]
+        elif key in _SCHEMA_VALUES:
+            out[key] = _walk(value, at(path, key), bad)
+        else:
+            out[key] = value
+    closing = out.pop("unevaluatedProperties", None)
+    if closing is not None and closing is not True and "additionalProperties" not in out:
+        out["additionalProperties"] = closing
+    return out
+
+
+def rebase(schema: Mapping[str, Any], base: str) -> dict[str, Any]:
+    """`schema` with every local `$ref` ("#...") re-rooted at the JSON pointer `base`
+    ("#/$defs/args_0"), for placing it at that pointer inside another document."""
+    out = _rebase(schema, base.rstrip("/"))
+    assert isinstance(out, dict)
+    return out
+
+
+def _rebase(node: Any, base: str) -> Any:
+    if isinstance(node, list):
+        return [_rebase(v, base) for v in node]
+    if not isinstance(node, Mapping):
+        return node
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if key == "$ref" and isinstance(value, str) and value.startswith("#"):
+            out[key] = base + value[1:]
+        elif key in ("enum", "const", "default", "examples"):
+            out[key] = value
+        else:
+            out[key] = _rebase(value, base)
+    return out
