@@ -206,10 +206,8 @@ def serve(
     """Build the engine and serve until interrupted."""
     import uvicorn
 
-    from callgate.constraints import configure_disk
     from callgate.serving.app import create_app
 
-    configure_disk(settings.grammar_cache_dir, settings.grammar_cache_max_bytes)
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if settings.api_key is None and settings.host not in ("127.0.0.1", "localhost", "::1"):
         logging.getLogger("callgate").warning(

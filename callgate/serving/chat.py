@@ -82,6 +82,7 @@ from callgate.serving.protocol_request import check_logit_bias
 from callgate.serving.quick import Conversation, QuickBeside, QuickConfig, QuickService
 from callgate.serving.settings import Settings
 from callgate.serving.stop_filter import StopFilter
+from callgate.serving.tokenizer import special_tokens
 from callgate.types import Diagnostic, DiagnosticEvent, Event, ParseResult, ReasoningDelta, TextDelta, arguments_json
 
 log = logging.getLogger("callgate.chat")
@@ -223,6 +224,7 @@ class ChatService:
             None if settings.audit_log is None else AuditLog(settings.audit_log, max_bytes=settings.audit_log_max_bytes)
         )
         self._vocabulary: dict[bytes, list[int]] | None = None
+        self._specials: dict[int, str] = {}
         self.quick = QuickService(engine, settings.format, QuickConfig(constrained=settings.constrained))
 
     # ---- entry points -----------------------------------------------------------------
@@ -406,6 +408,7 @@ class ChatService:
         build_async = getattr(importlib.import_module("callgate.constraints"), "build_async", None)
         if build_async is not None and self._vocabulary is None:
             self._vocabulary = await anyio.to_thread.run_sync(self.engine.tokenizer.vocabulary)
+            self._specials = special_tokens(self.engine.tokenizer)
         return build_async
 
     async def _constraint(self, req: ChatRequest) -> ConstraintRef | None:
@@ -420,6 +423,7 @@ class ChatService:
             req.response_format,
             self._vocabulary,
             eos_token_id=self.engine.tokenizer.eos_token_id,
+            specials=self._specials,
             thinking=grammar_thinking(self.settings.format, req),
             timeout_s=self.settings.limits.grammar_timeout_s,
         )
@@ -444,6 +448,7 @@ class ChatService:
                 None,
                 self._vocabulary,
                 eos_token_id=self.engine.tokenizer.eos_token_id,
+                specials=self._specials,
                 timeout_s=_WARM_TIMEOUT_S,
             )
             log.info("warmed the %s tool_choice=none grammar in %.2f s", self.settings.format, time.monotonic() - start)

@@ -45,14 +45,15 @@ class SamplingParams:
 @runtime_checkable
 class ConstraintRef(Protocol):
     """What travels from `callgate.constraints` to the engine: the grammar's cache key and
-    its regex (enough for another process to recompile it). Extra fields of the concrete
-    class (e.g. a lazy `trigger`) travel with it to the logits processor."""
+    its llguidance grammar text (enough for another process to build its matcher). Extra
+    fields of the concrete class (the plain-text twin, the mode, the call trigger) travel
+    with it to the logits processor."""
 
     @property
     def key(self) -> str: ...
 
     @property
-    def regex(self) -> str: ...
+    def grammar(self) -> str: ...
 
 
 @dataclass(frozen=True, slots=True)
