@@ -9,6 +9,7 @@ error rendering (app.py).
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Awaitable
 from typing import Any
@@ -22,6 +23,7 @@ from callgate.errors import NotFoundError, PayloadTooLargeError
 from callgate.serving import sse
 from callgate.serving.chat import ChatService
 from callgate.serving.conform import conform_quick
+from callgate.serving.idempotency import ACTOR_HEADER, resolve_actor
 from callgate.serving.metrics import CONTENT_TYPE, Metrics
 from callgate.serving.protocol import (
     ChatCompletionWire,
@@ -44,6 +46,8 @@ def build_router(service: ChatService, metrics: Metrics) -> APIRouter:
         body = await _read_body(request, settings.limits.max_body_bytes)
         req = parse_chat_request(body, settings.limits)
         _check_served(req.model, settings.model_name)
+        actor = resolve_actor(req.actor, request.headers.get(ACTOR_HEADER), trust_header=settings.trust_actor_header)
+        req = dataclasses.replace(req, actor=actor)
         turn = await service.start(req)
         if req.stream:
             return StreamingResponse(
