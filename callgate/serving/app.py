@@ -158,7 +158,7 @@ def _error(exc: CallgateError) -> JSONResponse:
     return JSONResponse(exc.to_body(), status_code=exc.status, headers=exc.headers())
 
 
-_ROUTE_LABELS = frozenset({"/v1/chat/completions", "/v1/quick", "/v1/models", "/health", "/metrics"})
+_ROUTE_LABELS = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/quick", "/v1/models", "/health", "/metrics"})
 
 
 def _route_label(path: str) -> str:
