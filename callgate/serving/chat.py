@@ -497,7 +497,7 @@ class ChatService:
                 fmt=self.settings.format,
                 constrained=turn.constraint is not None,
                 actor=turn.actor,
-                scope=turn.scope,
+                scope=turn.scope if rnd.result.candidates else "",  # hashed only when there is a call
             )
         except ValidatorUnavailableError as exc:
             await self._audit(
