@@ -225,7 +225,8 @@ def test_logit_bias_bans_the_greedy_token(api: Any) -> None:
 
 def test_completions_on_the_real_model(api: Any) -> None:
     """/v1/completions of chat's own rendered prompt (as a string, then as token ids) is
-    chat's greedy answer; streamed, the same text; an id outside the vocabulary is a 400."""
+    chat's greedy answer; streamed, the same text; `ignore_eos` fills max_tokens; an id outside
+    the vocabulary is a 400."""
     import openai
 
     from callgate.serving.model_store import EMBEDDED_MODEL, resolve_model
@@ -248,6 +249,10 @@ def test_completions_on_the_real_model(api: Any) -> None:
     parts = list(api.completions.create(prompt=prompt, stream=True, **kw))
     assert "".join(c.text for p in parts for c in p.choices) == choice.text
     assert [c.finish_reason for p in parts for c in p.choices if c.finish_reason] == [choice.finish_reason]
+    fixed = api.completions.create(prompt=prompt, **{**kw, "max_tokens": 40}, extra_body={"ignore_eos": True})
+    assert (
+        fixed.usage is not None and fixed.usage.completion_tokens == 40 and fixed.choices[0].finish_reason == "length"
+    )
     with pytest.raises(openai.BadRequestError) as info:
         api.completions.create(prompt=[*ids, tokenizer.vocab_size], **kw)
     assert isinstance(info.value.body, dict) and info.value.body["param"] == "prompt"

@@ -42,8 +42,12 @@ def test_every_prompt_form_reaches_the_engine_as_written(serve: Callable[..., Se
         sent = server.engine.requests[-1]
         assert sent.prompt_ids == tuple(IDS) and sent.prompt == PROMPT and sent.constraint is None
         s = sent.sampling
-        assert (s.max_tokens, s.temperature, s.top_p, s.seed, s.stop) == (7, 0.0, 0.5, 3, ())
+        assert (s.max_tokens, s.temperature, s.top_p, s.seed, s.stop, s.ignore_eos) == (7, 0.0, 0.5, 3, (), False)
     assert len(server.engine.requests) == 4 and server.in_flight() == 0
+    vllm_extras = {"top_k": 5, "min_p": 0.2, "repetition_penalty": 1.1, "ignore_eos": True}
+    client.completions.create(model=MODEL, prompt=PROMPT, presence_penalty=0.5, extra_body=vllm_extras)
+    s = server.engine.sampling[-1]
+    assert (s.top_k, s.min_p, s.repetition_penalty, s.ignore_eos, s.presence_penalty) == (5, 0.2, 1.1, True, 0.5)
 
 
 def test_defaults_stop_and_length(serve: Callable[..., Server]) -> None:

@@ -167,6 +167,7 @@ class CompletionService:
             top_k=req.top_k,
             min_p=req.min_p,
             logit_bias=req.logit_bias,
+            ignore_eos=req.ignore_eos,
         )
         generation = GenerationRequest(job.completion_id, prompt.text, sampling, prompt_ids=prompt.ids)
         stream = self.engine.generate(generation)

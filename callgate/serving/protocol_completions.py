@@ -2,7 +2,8 @@
 body (pydantic, as every wire model), its validated form `CompletionRequest`, and the
 `text_completion` objects answered and streamed.
 
-Knows: OpenAI's / vLLM's request fields and which of them callgate refuses rather than
+Knows: OpenAI's / vLLM's request fields (with vLLM's `top_k`, `min_p`, `repetition_penalty`,
+`ignore_eos`) and which of them callgate refuses rather than
 ignores: more than one prompt, `echo: true`, `n` or `best_of` other than 1, `logprobs` other
 than null / 0, a `suffix` (400 `unsupported_parameter`); the limits that apply to every
 request. Does not know: the vocabulary (`CompletionService` checks token ids against it),
@@ -45,6 +46,7 @@ class CompletionWire(BaseModel):
     top_k: int | None = Field(default=None, ge=-1, lt=2**31)
     min_p: float | None = Field(default=None, ge=0.0, le=1.0)
     logit_bias: LogitBiasWire | None = Field(default=None, max_length=300)
+    ignore_eos: bool = False  # vLLM's: generate max_tokens whatever the model says (benchmarks)
     echo: bool | None = None  # accepted only as false / null
     n: int = 1
     best_of: int | None = None  # accepted only as 1 / null
@@ -75,6 +77,7 @@ class CompletionRequest:
     top_k: int = 0
     min_p: float = 0.0
     logit_bias: Mapping[int, float] | None = None
+    ignore_eos: bool = False
 
 
 def parse_completion_request(body: bytes, limits: Limits) -> CompletionRequest:
@@ -108,6 +111,7 @@ def parse_completion_request(body: bytes, limits: Limits) -> CompletionRequest:
         top_k=max(0, wire.top_k or 0),
         min_p=wire.min_p or 0.0,
         logit_bias=parse_logit_bias(wire.logit_bias),
+        ignore_eos=wire.ignore_eos,
     )
 
 
