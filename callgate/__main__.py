@@ -72,6 +72,11 @@ def _add_serve_flags(p: argparse.ArgumentParser) -> None:
         default=None,
         help="require 'Authorization: Bearer KEY' on every route but /health (or CALLGATE_API_KEY)",
     )
+    g.add_argument(
+        "--trust-actor-header",
+        action="store_true",
+        help="take the actor of tool-call idempotency keys from the x-callgate-actor header (set it at a gateway)",
+    )
     g.add_argument("--log-level", default=d.log_level, choices=["debug", "info", "warning", "error"], help="log level")
     g = p.add_argument_group("scheduling")
     g.add_argument("--max-num-seqs", type=int, default=d.max_num_seqs, help="requests in the running batch")
@@ -161,6 +166,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         host=args.host,
         port=args.port,
         api_key=args.api_key or os.environ.get("CALLGATE_API_KEY") or None,
+        trust_actor_header=args.trust_actor_header,
         max_num_seqs=args.max_num_seqs,
         max_model_len=args.max_model_len,
         max_queue=max(0, args.max_queue),

@@ -26,6 +26,7 @@ Policy:
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import logging
 import secrets
@@ -66,6 +67,7 @@ from callgate.serving.handoff import (
     validate_all,
     verdict_dict,
 )
+from callgate.serving.idempotency import ANONYMOUS, conversation_scope, idempotency_key
 from callgate.serving.metrics import Metrics
 from callgate.serving.prompt import Prompt, build_prompt
 from callgate.serving.protocol import (
@@ -178,6 +180,16 @@ class _Turn:
         self.quick: QuickBeside | None = None  # heads asked for in `callgate.quick`
         self.quick_block: dict[str, Any] = {}
         self._closed = False
+
+    @functools.cached_property
+    def scope(self) -> str:
+        """What the turn's calls answer (callgate.serving.idempotency): the request's messages,
+        the same in every repair round, so a repaired call is still the same action."""
+        return conversation_scope(self.req.messages)
+
+    @property
+    def actor(self) -> str:
+        return self.req.actor or ANONYMOUS
 
     @property
     def max_repairs(self) -> int:
@@ -489,6 +501,8 @@ class ChatService:
                 model=self.settings.model_name,
                 fmt=self.settings.format,
                 constrained=turn.constraint is not None,
+                actor=turn.actor,
+                scope=turn.scope if rnd.result.candidates else "",  # hashed only when there is a call
             )
         except ValidatorUnavailableError as exc:
             await self._audit(
@@ -523,6 +537,7 @@ class ChatService:
                 verdict=v,
                 validator=validator,
                 constrained=turn.constraint is not None,
+                idempotency_key=idempotency_key(turn.actor, c.name, c.arguments, turn.scope),
             )
             for c, v in zip(rnd.result.candidates, verdicts, strict=True)
         ]

@@ -171,6 +171,7 @@ def sampling_arguments(s: SamplingParams, room: int, constraint: ConstraintRef |
         "logit_bias": dict(s.logit_bias) if s.logit_bias else None,
         "seed": s.seed,
         "stop": list(s.stop) or None,
+        "ignore_eos": s.ignore_eos,
         "extra_args": {"callgate": constraint_args(constraint)} if constraint is not None else None,
     }
 
