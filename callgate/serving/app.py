@@ -1,7 +1,7 @@
 """The ASGI application: `create_app(settings, engine=..., validator=...)`.
 
 Knows: how the parts are wired (engine, validator, chat service, metrics, routes), the
-API-key check (`Authorization: Bearer KEY` or Anthropic's `x-api-key: KEY`), and how every
+API-key check (`Authorization: Bearer KEY`; Anthropic's `x-api-key: KEY` on its paths), and how every
 error reaches the client: as OpenAI's error body, or on the Anthropic paths (/v1/messages...)
 as Anthropic's, with its retry headers (anthropic_errors.py).
 Does not know: how an engine or validator is built from the CLI (`__main__` does that),
@@ -113,15 +113,15 @@ class _Gate:
             self._metrics.request(route, status)
 
     def _authorised(self, scope: Scope) -> bool:
-        """`Authorization: Bearer KEY`, the scheme in any case (RFC 9110 section 11.1), or
-        `x-api-key: KEY` (Anthropic's clients)."""
+        """`Authorization: Bearer KEY`, the scheme in any case (RFC 9110 section 11.1); on
+        the Anthropic paths `x-api-key: KEY` instead where sent, as Anthropic's clients do."""
         assert self._expected is not None
-        headers = scope["headers"]
-        given = next((v for k, v in headers if k == b"authorization"), b"")
-        scheme, _, key = given.partition(b" ")
-        bearer = hmac.compare_digest(key, self._expected)  # always: constant time whatever was sent
-        x_api_key = hmac.compare_digest(next((v for k, v in headers if k == b"x-api-key"), b""), self._expected)
-        return (bearer and scheme.lower() == b"bearer") or x_api_key
+        headers = dict(scope["headers"])
+        if b"x-api-key" in headers and is_anthropic_path(scope["path"]):
+            return hmac.compare_digest(headers[b"x-api-key"], self._expected)
+        scheme, _, key = headers.get(b"authorization", b"").partition(b" ")
+        matches = hmac.compare_digest(key, self._expected)  # always: constant time whatever was sent
+        return matches and scheme.lower() == b"bearer"
 
 
 async def _shutting_down(send: Send, started: bool, streaming: bool, path: str) -> None:
