@@ -349,3 +349,48 @@ def test_a_rejected_call_is_an_error_event_mid_stream(serve: Callable[..., Serve
     error = json.loads(last[1].removeprefix("data: "))
     assert error["type"] == "error" and error["error"]["code"] == "tool_call_rejected"
     assert "tool_use" not in streamed.text  # a rejected call never appears
+
+
+def test_validator_down_fails_closed_with_a_retryable_503(serve: Callable[..., Server]) -> None:
+    server = serve(respond=lambda req: [CALL])
+    server.validator.down = True
+    body = {"model": MODEL, "max_tokens": 100, "messages": ASK, "tools": TOOLS}
+    down = httpx.post(server.url + "/v1/messages", json=body)
+    assert _error(down) == (503, "overloaded_error") and down.headers["retry-after"] == "1"
+    assert "tool_use" not in down.text
+    streamed = httpx.post(server.url + "/v1/messages", json={**body, "stream": True})
+    assert streamed.text.strip().split("\n\n")[-1].startswith("event: error")
+    assert "tool_use" not in streamed.text
+
+
+def test_current_sdk_fields_and_older_sampling_fields(serve: Callable[..., Server]) -> None:
+    """Server tools are left out and named; adaptive thinking leaves the format's default;
+    output_config.format constrains the answer; temperature / top_p / top_k (older
+    clients' fields) reach the engine."""
+    answer = '{"city": "Oslo"}'
+    server = serve(replies=[[answer]])
+    client = _client(server)
+    web_search = {"type": "web_search_20250305", "name": "web_search", "max_uses": 2}
+    done = client.messages.create(
+        model=MODEL,
+        max_tokens=100,
+        messages=ASK,
+        tools=[*TOOLS, web_search],
+        thinking={"type": "adaptive"},
+        output_config={"format": {"type": "json_schema", "schema": WEATHER["function"]["parameters"]}},
+        extra_body={"temperature": 0.0, "top_p": 0.5, "top_k": 7},
+    )
+    assert done.content[0].text == answer and done.stop_reason == "end_turn"
+    assert done.model_extra["callgate"]["ignored_tools"] == ["web_search"]
+    [request] = server.engine.requests
+    assert "web_search" not in request.prompt and "get_weather" in request.prompt
+    assert (request.sampling.temperature, request.sampling.top_p, request.sampling.top_k) == (0.0, 0.5, 7)
+    assert request.constraint is not None  # the json_schema format is decoded under a grammar
+    with pytest.raises(anthropic.BadRequestError):  # naming a tool callgate left out
+        client.messages.create(
+            model=MODEL,
+            max_tokens=10,
+            messages=ASK,
+            tools=[web_search],
+            tool_choice={"type": "tool", "name": "web_search"},
+        )

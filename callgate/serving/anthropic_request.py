@@ -7,6 +7,8 @@ results are marked `Error: ` so the model sees that the call failed); an assista
 `thinking` -> reasoning_content, `tool_use` -> tool_calls; tool_choice any -> required,
 tool -> the named function, disable_parallel_tool_use -> parallel_tool_calls false;
 thinking enabled -> the format's reasoning switch; metadata.user_id -> user; and call ids:
+output_config.effort -> reasoning_effort, output_config.format -> a json_schema
+response_format; server tools (a `type` other than `custom`) are left out and named;
 callgate's ids are shown as `toolu_...` and mapped back (`tool_use_id`s) to what the model
 or the parser wrote (`toolu_id`, `call_id`). Does not know: HTTP, the served model, engines.
 """
@@ -17,6 +19,7 @@ import dataclasses
 import json
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -41,8 +44,17 @@ TOOL_USE_PREFIX = "toolu_"
 _CALL_PREFIX = "call_"
 
 
-def parse_messages_request(body: bytes, limits: Limits, fmt: str) -> ChatRequest:
-    """A /v1/messages body -> ChatRequest. Raises InvalidRequestError (400) / PayloadTooLargeError (413)."""
+@dataclass(frozen=True, slots=True)
+class MessagesRequest:
+    """A translated /v1/messages request: the chat request, and the names of the server
+    tools (web_search, bash, ...) left out of it because callgate cannot run them."""
+
+    chat: ChatRequest
+    ignored_tools: tuple[str, ...]
+
+
+def parse_messages_request(body: bytes, limits: Limits, fmt: str) -> MessagesRequest:
+    """A /v1/messages body -> MessagesRequest. Raises InvalidRequestError (400) / PayloadTooLargeError (413)."""
     wire = _validate(MessagesWire, body, limits)
     assert isinstance(wire, MessagesWire)
     if wire.thinking and wire.thinking.type == "enabled":
@@ -61,7 +73,7 @@ def parse_messages_request(body: bytes, limits: Limits, fmt: str) -> ChatRequest
         "stream": wire.stream,
         "callgate": ext,
     }
-    return _chat_request(openai, limits)
+    return MessagesRequest(_chat_request(openai, limits), _server_tools(wire))
 
 
 def parse_count_tokens_request(body: bytes, limits: Limits, fmt: str) -> ChatRequest:
@@ -112,14 +124,16 @@ def _conversation(wire: CountTokensWire, fmt: str) -> dict[str, Any]:
     for i, m in enumerate(wire.messages):
         messages += _message(m, i, fmt)
     out: dict[str, Any] = {"model": wire.model, "messages": messages}
-    if wire.tools:
-        out["tools"] = [
-            {
-                "type": "function",
-                "function": {"name": t.name, "description": t.description, "parameters": t.input_schema},
-            }
-            for t in wire.tools
-        ]
+    tools = []
+    for i, t in enumerate(wire.tools or ()):
+        if t.type not in (None, "custom"):
+            continue  # a server tool: see _server_tools
+        if t.input_schema is None:
+            raise InvalidRequestError(f"tools[{i}].input_schema: Field required", param=f"tools[{i}].input_schema")
+        function = {"name": t.name, "description": t.description, "parameters": t.input_schema, "strict": t.strict}
+        tools.append({"type": "function", "function": {k: v for k, v in function.items() if v is not None}})
+    if tools:
+        out["tools"] = tools
     choice = wire.tool_choice
     if choice is not None:
         if choice.type == "tool":
@@ -130,9 +144,23 @@ def _conversation(wire: CountTokensWire, fmt: str) -> dict[str, Any]:
             out["tool_choice"] = {"auto": "auto", "any": "required", "none": "none"}[choice.type]
         if choice.disable_parallel_tool_use:
             out["parallel_tool_calls"] = False
-    if wire.thinking is not None:
+    if wire.thinking is not None and wire.thinking.type in ("enabled", "disabled"):
+        # adaptive / between_tools leave it to the model: the format's own default
         out["chat_template_kwargs"] = {"enable_thinking": wire.thinking.type == "enabled"}
+    config = wire.output_config
+    if config is not None and config.effort is not None:
+        out["reasoning_effort"] = _EFFORT[config.effort]
+    if config is not None and config.format is not None:
+        schema = {"name": "output", "schema": config.format.schema_, "strict": True}
+        out["response_format"] = {"type": "json_schema", "json_schema": schema}
     return out
+
+
+_EFFORT = {"low": "low", "medium": "medium", "high": "high", "xhigh": "max", "max": "max"}
+
+
+def _server_tools(wire: CountTokensWire) -> tuple[str, ...]:
+    return tuple(t.name for t in wire.tools or () if t.type not in (None, "custom"))
 
 
 def _message(m: MessageParamWire, index: int, fmt: str) -> list[dict[str, Any]]:

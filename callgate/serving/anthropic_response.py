@@ -59,16 +59,18 @@ def usage_dict(usage: TurnUsage) -> dict[str, int]:
     }
 
 
-async def message(turn: Turn, events: AsyncGenerator[TurnEvent, None]) -> dict[str, Any]:
-    """The non-streaming `message`. Raises ChatFailure / CallgateError."""
+async def message(
+    turn: Turn, events: AsyncGenerator[TurnEvent, None], extra: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """The non-streaming `message`; `extra` joins its `callgate` block. Raises ChatFailure / CallgateError."""
     async with contextlib.aclosing(events) as evs:
         async for ev in evs:
             if isinstance(ev, TurnDone):
-                return _message(turn, ev)
+                return _message(turn, ev, extra or {})
     raise AssertionError("a turn ends with TurnDone or raises")
 
 
-def _message(turn: Turn, done: TurnDone) -> dict[str, Any]:
+def _message(turn: Turn, done: TurnDone, extra: Mapping[str, Any]) -> dict[str, Any]:
     content: list[dict[str, Any]] = []
     if done.reasoning:
         content.append({"type": "thinking", "thinking": done.reasoning, "signature": ""})
@@ -83,7 +85,7 @@ def _message(turn: Turn, done: TurnDone) -> dict[str, Any]:
         "stop_reason": stop_reason(done),
         "stop_sequence": done.stop_sequence,
         "usage": usage_dict(done.usage),
-        "callgate": dict(done.callgate),
+        "callgate": {**done.callgate, **extra},
     }
 
 
@@ -96,10 +98,13 @@ def _input(arguments: str) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-async def stream(turn: Turn, events: AsyncGenerator[TurnEvent, None]) -> AsyncGenerator[bytes, None]:
-    """Anthropic SSE bytes of a streamed message; a failure ends it with an `error` event.
-    Closing the generator early closes `events` (which aborts the generation)."""
-    blocks = _Blocks()
+async def stream(
+    turn: Turn, events: AsyncGenerator[TurnEvent, None], extra: Mapping[str, Any] | None = None
+) -> AsyncGenerator[bytes, None]:
+    """Anthropic SSE bytes of a streamed message (`extra` joins the `callgate` block of its
+    message_delta); a failure ends it with an `error` event. Closing the generator early
+    closes `events` (which aborts the generation)."""
+    blocks = _Blocks(extra or {})
     try:
         input_tokens = len(turn.prompt.ids) if turn.prompt is not None else 0
         start = {**_head(turn, []), "stop_reason": None, "stop_sequence": None}
@@ -124,9 +129,10 @@ async def stream(turn: Turn, events: AsyncGenerator[TurnEvent, None]) -> AsyncGe
 class _Blocks:
     """The content blocks of one stream: which is open, the next index."""
 
-    def __init__(self) -> None:
+    def __init__(self, extra: Mapping[str, Any]) -> None:
         self._open: str | None = None  # "text" or "thinking"
         self._index = 0
+        self._extra = extra
 
     def render(self, ev: TurnEvent) -> list[tuple[str, dict[str, Any]]]:
         if isinstance(ev, ContentDelta | ReasoningDelta):
@@ -166,7 +172,7 @@ class _Blocks:
                 "type": "message_delta",
                 "delta": done,
                 "usage": usage_dict(ev.usage),
-                "callgate": dict(ev.callgate),
+                "callgate": {**ev.callgate, **self._extra},
             }
             return [*self._close(), ("message_delta", end), ("message_stop", {"type": "message_stop"})]
         return []

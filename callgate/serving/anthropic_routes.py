@@ -39,18 +39,20 @@ def build_messages_router(service: ChatService) -> APIRouter:
     @router.post(PATH_PREFIX, openapi_extra=openapi_body(MessagesWire))
     async def messages(request: Request) -> Response:
         body = await _read_body(request, settings.limits.max_body_bytes)
-        req = parse_messages_request(body, settings.limits, settings.format)
+        parsed = parse_messages_request(body, settings.limits, settings.format)
+        req = parsed.chat
         _check_served(req.model, settings.model_name)
+        extra = {"ignored_tools": list(parsed.ignored_tools)} if parsed.ignored_tools else None
         turn = await service.start(req)
         if req.stream:
             return StreamingResponse(
-                anthropic_response.stream(turn, service.events(turn)),
+                anthropic_response.stream(turn, service.events(turn), extra),
                 media_type=sse.MEDIA_TYPE,
                 headers=sse.HEADERS,
                 background=BackgroundTask(turn.close),
             )
         try:
-            result = await _unless_disconnected(request, anthropic_response.message(turn, service.events(turn)))
+            result = await _unless_disconnected(request, anthropic_response.message(turn, service.events(turn), extra))
         finally:
             turn.close()
         if result is None:

@@ -3,8 +3,10 @@
 
 Knows: Anthropic's request shapes (system as a string or text blocks; content as a string or
 blocks: text, tool_use, tool_result, thinking, redacted_thinking; tools with input_schema;
-tool_choice auto / any / tool / none with disable_parallel_tool_use; thinking
-enabled / disabled; metadata.user_id) and its ranges (temperature 0..1, max_tokens >= 1,
+tool_choice auto / any / tool / none with disable_parallel_tool_use; thinking enabled /
+disabled / adaptive / between_tools; output_config effort and json_schema format;
+metadata.user_id; temperature / top_p / top_k, which SDK 2.x no longer sends but older
+clients do) and its ranges (temperature 0..1, max_tokens >= 1,
 budget_tokens >= 1024), plus callgate's `callgate` extension. Unknown fields
 (`cache_control`, `citations`, `service_tier`, ...) are ignored. Does not know: the internal
 request (anthropic_request.py) or limits.
@@ -76,10 +78,14 @@ class MessageParamWire(_Wire):
 
 
 class ToolParamWire(_Wire):
+    """A client tool (`type` absent or `custom`, with `input_schema`), or one of Anthropic's
+    server tools (`web_search_20250305`, `bash_20250124`, ...), which callgate cannot run."""
+
     name: str = Field(pattern=r"^[A-Za-z0-9_.\-]{1,64}$")
     description: str | None = None
-    input_schema: dict[str, Any]
-    type: Literal["custom"] | None = None
+    input_schema: dict[str, Any] | None = None
+    type: str | None = None
+    strict: bool | None = None
 
 
 class ToolChoiceWire(_Wire):
@@ -89,8 +95,18 @@ class ToolChoiceWire(_Wire):
 
 
 class ThinkingWire(_Wire):
-    type: Literal["enabled", "disabled"]
+    type: Literal["enabled", "disabled", "adaptive", "between_tools"]
     budget_tokens: int | None = Field(default=None, ge=1024)
+
+
+class OutputFormatWire(_Wire):
+    type: Literal["json_schema"]
+    schema_: dict[str, Any] = Field(alias="schema")
+
+
+class OutputConfigWire(_Wire):
+    effort: Literal["low", "medium", "high", "xhigh", "max"] | None = None
+    format: OutputFormatWire | None = None
 
 
 class MetadataWire(_Wire):
@@ -106,6 +122,7 @@ class CountTokensWire(_Wire):
     tools: list[ToolParamWire] | None = None
     tool_choice: ToolChoiceWire | None = None
     thinking: ThinkingWire | None = None
+    output_config: OutputConfigWire | None = None
 
 
 class MessagesWire(CountTokensWire):
