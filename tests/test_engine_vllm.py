@@ -134,9 +134,8 @@ def test_environment_from_config() -> None:
 @pytest.mark.slow
 def test_logits_processor_adapter_is_a_vllm_processor_and_pickles_by_name() -> None:
     pytest.importorskip("vllm")
-    from vllm.v1.sample.logits_processor import LogitsProcessor
-
     from callgate.constraints.processor import ConstrainedBatch
+    from vllm.v1.sample.logits_processor import LogitsProcessor
 
     cls: Any = vllm_engine.CallgateLogitsProcessor
     assert issubclass(cls, LogitsProcessor) and issubclass(cls, ConstrainedBatch)
