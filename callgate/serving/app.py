@@ -25,6 +25,8 @@ from callgate.serving import sse
 from callgate.serving.chat import ChatFailure, ChatService
 from callgate.serving.engine import Engine
 from callgate.serving.metrics import Metrics
+from callgate.serving.responses_routes import build_responses_router
+from callgate.serving.responses_store import ResponseStore
 from callgate.serving.routes import build_router
 from callgate.serving.settings import Settings
 from callgate.serving.validation import JsonSchemaValidator, Validator
@@ -54,6 +56,8 @@ def create_app(settings: Settings, *, engine: Engine, validator: Validator | Non
     app = FastAPI(title="callgate", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url="/openapi.json")
     app.state.service = service
     app.include_router(build_router(service, metrics))
+    app.state.responses = ResponseStore(settings.responses_store_max, settings.responses_store_max_bytes)
+    app.include_router(build_responses_router(service, app.state.responses))
     _install_error_handlers(app)
     app.add_middleware(_Gate, api_key=settings.api_key, metrics=metrics)
     return app
@@ -161,7 +165,7 @@ def _error(exc: CallgateError) -> JSONResponse:
     return JSONResponse(exc.to_body(), status_code=exc.status, headers=headers)
 
 
-_ROUTE_LABELS = frozenset({"/v1/chat/completions", "/v1/quick", "/v1/models", "/health", "/metrics"})
+_ROUTE_LABELS = frozenset({"/v1/chat/completions", "/v1/responses", "/v1/quick", "/v1/models", "/health", "/metrics"})
 
 
 def _route_label(path: str) -> str:
@@ -169,4 +173,6 @@ def _route_label(path: str) -> str:
     paths cannot grow the series without bound)."""
     if path in _ROUTE_LABELS:
         return path
+    if path.startswith("/v1/responses/"):
+        return "/v1/responses/{id}"
     return "/v1/models/{model}" if path.startswith("/v1/models/") else "other"
