@@ -26,7 +26,7 @@ from starlette.background import BackgroundTask
 
 from callgate.errors import CallgateError, InvalidRequestError, NotFoundError
 from callgate.serving import sse
-from callgate.serving.chat import ChatFailure, ChatService
+from callgate.serving.chat import ChatService
 from callgate.serving.protocol_wire import openapi_body
 from callgate.serving.responses_input import Item, new_id
 from callgate.serving.responses_output import Event, ResponseRender, render_response
@@ -34,6 +34,7 @@ from callgate.serving.responses_request import ResponsesRequest, parse_responses
 from callgate.serving.responses_store import ResponseStore
 from callgate.serving.responses_wire import ResponsesWire
 from callgate.serving.routes import _check_served, _read_body, _unless_disconnected
+from callgate.serving.turn import ChatFailure, Turn
 from callgate.serving.turn_events import TurnDone
 
 log = logging.getLogger("callgate.responses")
@@ -160,7 +161,7 @@ def _skeleton(req: ResponsesRequest, model: str) -> dict[str, Any]:
     return {"id": new_id("resp_"), "created_at": int(time.time()), "model": model, **req.echo}
 
 
-async def _answer(service: ChatService, turn: Any, skeleton: Mapping[str, Any], options: Any) -> dict[str, Any]:
+async def _answer(service: ChatService, turn: Turn, skeleton: Mapping[str, Any], options: Any) -> dict[str, Any]:
     """The non-streaming response object: the turn's final round."""
     async with contextlib.aclosing(service.events(turn)) as events:
         async for ev in events:
@@ -171,7 +172,7 @@ async def _answer(service: ChatService, turn: Any, skeleton: Mapping[str, Any], 
 
 async def _stream(
     service: ChatService,
-    turn: Any,
+    turn: Turn,
     render: ResponseRender,
     req: ResponsesRequest,
     store: ResponseStore,
