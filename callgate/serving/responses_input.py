@@ -90,6 +90,7 @@ def _read_item(raw: Mapping[str, Any], where: str) -> Item:
         "id": wire.id or new_id("rs_"),
         "type": "reasoning",
         "summary": [p.model_dump() for p in wire.summary],
+        "status": "completed",
     }
     if wire.content is not None:
         item["content"] = [p.model_dump() for p in wire.content]
