@@ -257,3 +257,22 @@ def test_stream_equals_non_stream(serve: Callable[..., Server], fmt: str) -> Non
     assert whole.output_text.strip() == "Checking."
     assert without_ids(final.output) == without_ids(whole.output)
     assert final.status == whole.status == "completed"
+
+
+def test_input_items_pages_and_refuses_bad_parameters(serve: Callable[..., Server]) -> None:
+    server = serve(replies=["Hello."])
+    client = server.client()
+    made = client.responses.create(
+        model=MODEL, input=[{"role": "user", "content": "A"}, {"role": "user", "content": "B"}]
+    )
+    url = f"{server.url}/v1/responses/{made.id}/input_items"
+    first = httpx.get(url, params={"limit": 1, "order": "asc"}).json()
+    assert [i["content"][0]["text"] for i in first["data"]] == ["A"] and first["has_more"] is True
+    rest = httpx.get(url, params={"order": "asc", "after": first["last_id"]}).json()
+    assert [i["content"][0]["text"] for i in rest["data"]] == ["B"] and rest["has_more"] is False
+    assert [i.content[0].text for i in client.responses.input_items.list(made.id)] == ["B", "A"]  # type: ignore[union-attr]
+    for params, param in (({"limit": 0}, "limit"), ({"limit": "x"}, "limit"), ({"order": "up"}, "order")):
+        resp = httpx.get(url, params=params)
+        assert resp.status_code == 400 and resp.json()["error"]["param"] == param, resp.text
+    missing = httpx.get(f"{server.url}/v1/responses/resp_nope/input_items")
+    assert missing.status_code == 404 and set(missing.json()["error"]) == {"message", "type", "param", "code"}

@@ -18,7 +18,7 @@ import json
 import logging
 import time
 from collections.abc import AsyncGenerator, Mapping
-from typing import Any, Literal
+from typing import Any
 
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
@@ -31,7 +31,7 @@ from callgate.serving.protocol_wire import openapi_body
 from callgate.serving.responses_input import Item, new_id
 from callgate.serving.responses_output import Event, ResponseRender, render_response
 from callgate.serving.responses_request import ResponsesRequest, parse_responses_request
-from callgate.serving.responses_store import ResponseStore
+from callgate.serving.responses_store import ResponseStore, StoredResponse
 from callgate.serving.responses_wire import ResponsesWire
 from callgate.serving.routes import _check_served, _read_body, _unless_disconnected
 from callgate.serving.turn import ChatFailure, Turn
@@ -97,11 +97,8 @@ def build_responses_router(service: ChatService, store: ResponseStore) -> APIRou
         return JSONResponse({"id": response_id, "object": "response", "deleted": True})
 
     @router.get("/v1/responses/{response_id}/input_items")
-    async def input_items(
-        response_id: str, limit: int = 20, order: Literal["asc", "desc"] = "desc", after: str | None = None
-    ) -> JSONResponse:
-        if not 1 <= limit <= 100:
-            raise InvalidRequestError("limit: must be between 1 and 100", param="limit")
+    async def input_items(request: Request, response_id: str) -> JSONResponse:
+        limit, order, after = _page_params(request)
         items = list(_stored(store, response_id).input_items)
         if order == "desc":
             items.reverse()
@@ -122,6 +119,19 @@ def build_responses_router(service: ChatService, store: ResponseStore) -> APIRou
     return router
 
 
+def _page_params(request: Request) -> tuple[int, str, str | None]:
+    """`limit` (1..100, default 20), `order` (`asc` / `desc`, default `desc`) and `after`,
+    read here so a bad value is a 400 in OpenAI's shape (not FastAPI's 422)."""
+    query = request.query_params
+    raw_limit = query.get("limit", "20")
+    if not raw_limit.isdigit() or not 1 <= int(raw_limit) <= 100:
+        raise InvalidRequestError("limit: must be an integer between 1 and 100", param="limit")
+    order = query.get("order", "desc")
+    if order not in ("asc", "desc"):
+        raise InvalidRequestError("order: must be 'asc' or 'desc'", param="order")
+    return int(raw_limit), order, query.get("after")
+
+
 def _history(store: ResponseStore, previous_id: str | None) -> tuple[Item, ...]:
     if previous_id is None:
         return ()
@@ -135,7 +145,7 @@ def _history(store: ResponseStore, previous_id: str | None) -> tuple[Item, ...]:
     return entry.conversation()
 
 
-def _stored(store: ResponseStore, response_id: str) -> Any:
+def _stored(store: ResponseStore, response_id: str) -> StoredResponse:
     entry = store.get(response_id)
     if entry is None:
         raise _not_found(response_id)
