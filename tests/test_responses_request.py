@@ -171,6 +171,8 @@ def test_text_format_and_reasoning_and_user() -> None:
         ({"input": "x", "temperature": 3}, "temperature"),
         ({"input": "x", "top_logprobs": 3}, "top_logprobs"),
         ({"input": 3}, "input"),
+        ({"input": []}, "input"),
+        ({"input": [], "instructions": "Be brief."}, "input"),
     ],
 )
 def test_errors_name_the_responses_field(body: dict[str, Any], param: str) -> None:

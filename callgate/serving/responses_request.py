@@ -73,6 +73,8 @@ class ResponsesRequest:
         """The internal request for this request's input after `history` (the conversation
         of the response it continues; empty when it continues none)."""
         messages = to_messages([*history, *self.input_items], len(history), self.instructions)
+        if not any(m["role"] != "system" for m in messages):
+            raise InvalidRequestError("input: the conversation has no message to answer", param="input")
         if len(messages) > limits.max_messages:
             raise InvalidRequestError(
                 f"input: the conversation has {len(messages)} messages; the limit is {limits.max_messages}",
