@@ -6,7 +6,7 @@ out, errors in OpenAI's shape, and stream = non-stream for hermes, qwen3-xml and
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
@@ -22,6 +22,24 @@ from tests.test_server_app import MODEL, WEATHER, call_text
 from tests.test_server_openai import Server
 
 serve = test_server_openai.serve  # the real-server fixture
+
+
+@pytest.fixture(autouse=True)
+def _clients_closed(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Every client a test opens is closed after it, so no pooled connection is left for the
+    garbage collector to find during a later test (a ResourceWarning, an error here)."""
+    opened: list[Any] = []
+    open_client = Server.client
+
+    def client(self: Server, *args: Any, **kw: Any) -> Any:
+        opened.append(open_client(self, *args, **kw))
+        return opened[-1]
+
+    monkeypatch.setattr(Server, "client", client)
+    yield
+    for c in opened:
+        c.close()
+
 
 TOOL = {"type": "function", **WEATHER["function"]}  # type: ignore[dict-item]  # the flat Responses shape
 CALL = call_text("get_weather", {"city": "Oslo", "days": 3})
