@@ -57,6 +57,7 @@ PLAIN = [{"role": "user", "content": "Hello"}]
 PLAIN_BODIES: dict[str, dict[str, Any]] = {
     "/v1/quick": {"messages": PLAIN, "tasks": ["title"]},
     "/v1/completions": {"prompt": "Hello"},
+    "/v1/responses": {"input": "Hello", "previous_response_id": None},
 }
 
 
@@ -82,20 +83,20 @@ def test_openapi_document_fuzz(tmp_path: Path) -> None:
         assert all(isinstance(r, Ok) for r in results), [r.err() for r in results if isinstance(r, Err)]
         operations = [r.ok() for r in results if isinstance(r, Ok)]
         paths = {(op.method.upper(), op.path) for op in operations}
-        posts = {("POST", "/v1/chat/completions"), ("POST", "/v1/completions"), ("POST", "/v1/quick")}
-        assert posts | {("GET", "/health")} <= paths
+        posts = {
+            ("POST", "/v1/chat/completions"),
+            ("POST", "/v1/completions"),
+            ("POST", "/v1/responses"),
+            ("POST", "/v1/quick"),
+        }
+        assert posts | {("GET", "/health"), ("GET", "/v1/responses/{response_id}")} <= paths
         seen: Counter[tuple[str, int]] = Counter()
         for operation in operations:
             fuzz_operation(server, operation, GenerationMode.POSITIVE, seen)
             if operation.method.upper() == "POST":  # a GET without parameters has no invalid form
                 fuzz_operation(server, operation, GenerationMode.NEGATIVE, seen)
         chat = "/v1/chat/completions"
-        for path in (
-            chat,
-            "/v1/completions",
-            "/v1/quick",
-            "/v1/messages",
-        ):  # both sides of each POST route were reached
+        for path in (chat, "/v1/completions", "/v1/responses", "/v1/quick", "/v1/messages"):  # both sides reached
             assert seen[(path, 200)] and sum(n for (p, st), n in seen.items() if p == path and 400 <= st < 500)
         assert server.health()["in_flight"] == 0
         assert server.metric("callgate_engine_running") == 0

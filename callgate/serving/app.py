@@ -29,6 +29,8 @@ from callgate.serving.anthropic_routes import build_messages_router, is_anthropi
 from callgate.serving.chat import ChatFailure, ChatService
 from callgate.serving.engine import Engine
 from callgate.serving.metrics import Metrics
+from callgate.serving.responses_routes import build_responses_router
+from callgate.serving.responses_store import ResponseStore
 from callgate.serving.routes import build_router
 from callgate.serving.settings import Settings
 from callgate.serving.validation import JsonSchemaValidator, Validator
@@ -58,6 +60,8 @@ def create_app(settings: Settings, *, engine: Engine, validator: Validator | Non
     app = FastAPI(title="callgate", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url="/openapi.json")
     app.state.service = service
     app.include_router(build_router(service, metrics))
+    app.state.responses = ResponseStore(settings.responses_store_max, settings.responses_store_max_bytes)
+    app.include_router(build_responses_router(service, app.state.responses))
     app.include_router(build_messages_router(service))
     _install_error_handlers(app)
     app.add_middleware(_Gate, api_key=settings.api_key, metrics=metrics)
@@ -180,6 +184,7 @@ _ROUTE_LABELS = frozenset(
     {
         "/v1/chat/completions",
         "/v1/completions",
+        "/v1/responses",
         "/v1/messages",
         "/v1/messages/count_tokens",
         "/v1/quick",
@@ -195,4 +200,6 @@ def _route_label(path: str) -> str:
     paths cannot grow the series without bound)."""
     if path in _ROUTE_LABELS:
         return path
+    if path.startswith("/v1/responses/"):
+        return "/v1/responses/{id}"
     return "/v1/models/{model}" if path.startswith("/v1/models/") else "other"

@@ -85,6 +85,9 @@ class Settings:
     grammar_cache_dir: str | None = None
     grammar_cache_max_bytes: int = 1 << 30
     log_level: str = "info"
+    # /v1/responses kept for previous_response_id and GET (responses_store.py); LRU beyond either bound.
+    responses_store_max: int = 1024
+    responses_store_max_bytes: int = 64 * 1024 * 1024
 
     @property
     def model_name(self) -> str:
