@@ -122,6 +122,12 @@ def _add_serve_flags(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument("--no-constrain", action="store_true", help="decode without grammars (the parser still checks)")
     g.add_argument(
+        "--reasoning",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="whether the model writes a reasoning block (auto: its chat template mentions the format's opening tag)",
+    )
+    g.add_argument(
         "--responses-store-max", type=int, default=d.responses_store_max, help="stored /v1/responses (0: none)"
     )
     g.add_argument(
@@ -209,6 +215,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         audit_log=args.audit_log,
         audit_log_max_bytes=args.audit_log_max_bytes,
         constrained=not args.no_constrain,
+        reasoning={"auto": None, "on": True, "off": False}[args.reasoning],
         grammar_cache_dir=args.grammar_cache_dir,
         grammar_cache_max_bytes=args.grammar_cache_max_bytes,
         log_level=args.log_level,

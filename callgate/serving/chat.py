@@ -27,6 +27,7 @@ Policy:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import importlib
 import logging
 import time
@@ -36,6 +37,8 @@ from typing import Any
 import anyio
 
 from callgate import parsers
+from callgate.decoding import closing_marks
+from callgate.formats import get_format
 from callgate.serving import chat_completions
 from callgate.serving.admission import Admission
 from callgate.serving.audit import AuditLog
@@ -60,7 +63,7 @@ from callgate.serving.quick import Conversation, QuickConfig, QuickService
 from callgate.serving.round_review import RoundReview
 from callgate.serving.settings import Settings
 from callgate.serving.stop_filter import StopFilter
-from callgate.serving.tokenizer import special_tokens
+from callgate.serving.tokenizer import special_tokens, writes_reasoning
 from callgate.serving.turn import ChatFailure, Round, Turn
 from callgate.serving.turn_events import (
     AcceptedCall,
@@ -98,6 +101,10 @@ class ChatService:
         self.review = RoundReview(settings.format, settings.model_name, validator, metrics, self.audit)
         self._vocabulary: dict[bytes, list[int]] | None = None
         self._specials: dict[int, str] = {}
+        opening = get_format(settings.format).reasoning_open
+        self.reasons = (
+            settings.reasoning if settings.reasoning is not None else writes_reasoning(engine.tokenizer, opening)
+        )
         self.quick = QuickService(engine, settings.format, QuickConfig(constrained=settings.constrained))
 
     # ---- entry points -----------------------------------------------------------------
@@ -243,10 +250,14 @@ class ChatService:
                 turn.constraint is not None
                 and turn.usage.completion_tokens - base.completion_tokens >= prompt.max_tokens
             ):
-                # Budget closing (constraints/budget.py) ends a call it had to cut short with
-                # EOS at exactly max_tokens: the engine says "stop", but the output was cut.
+                # the output used all of max_tokens: the engine says "stop" for an EOS there
+                rnd.finish_reason = "length"
+            if closing_marks.take(getattr(self.engine, "closing_dir", None), request_id):
+                rnd.truncated = True  # budget closing cut the output short (decoding/processor.py)
                 rnd.finish_reason = "length"
             tail = _finish_parse(parser, stops, rnd)
+            if rnd.truncated:
+                _mark_last_truncated(rnd)
             if tail:
                 yield tail
         finally:
@@ -286,6 +297,12 @@ class ChatService:
             self._specials = special_tokens(self.engine.tokenizer)
         return build_async
 
+    def _thinking(self, req: ChatRequest) -> bool | None:
+        """The grammar's `thinking` (conform.grammar_thinking), False for a model that
+        writes no reasoning block (Settings.reasoning): it may open none."""
+        thinking = grammar_thinking(self.settings.format, req)
+        return False if thinking is None and not self.reasons else thinking
+
     async def _constraint(self, req: ChatRequest) -> ConstraintRef | None:
         build_async = await self._grammar_builder()
         if build_async is None:
@@ -299,7 +316,7 @@ class ChatService:
             self._vocabulary,
             eos_token_id=self.engine.tokenizer.eos_token_id,
             specials=self._specials,
-            thinking=grammar_thinking(self.settings.format, req),
+            thinking=self._thinking(req),
             timeout_s=self.settings.limits.grammar_timeout_s,
         )
         ref: ConstraintRef | None = None if constraint is None else constraint.ref()
@@ -404,3 +421,11 @@ def _finish(reason: str, calls: bool) -> FinishReason:
     if reason == "length":
         return "length"
     return "tool_calls" if calls else "stop"
+
+
+def _mark_last_truncated(rnd: Round) -> None:
+    """Budget closing cut the output short: the last call is the one it closed."""
+    result = rnd.result
+    if result is not None and result.candidates:
+        *kept, last = result.candidates
+        rnd.result = dataclasses.replace(result, candidates=(*kept, dataclasses.replace(last, truncated=True)))

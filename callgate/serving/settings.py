@@ -80,6 +80,9 @@ class Settings:
     audit_log: str | None = None
     audit_log_max_bytes: int = 64 * 1024 * 1024
     constrained: bool = True
+    # Whether the served model writes a reasoning block; None: read from its chat template
+    # (ChatService: the format's opening tag in it), so SmolLM2 in hermes gets no <think>.
+    reasoning: bool | None = None
     # Compiled grammars handed to vLLM's engine process (callgate.constraints.cache).
     # None: a temporary directory of the server, removed when it exits.
     grammar_cache_dir: str | None = None

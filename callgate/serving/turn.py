@@ -49,6 +49,7 @@ class Round:
     finish_reason: str = "stop"
     stop_string: str | None = None
     verdicts: list[Verdict] = field(default_factory=list)
+    truncated: bool = False  # budget closing cut the output short: its last call is marked
 
     def raw(self, focus: int) -> dict[str, Any]:
         assert self.result is not None
