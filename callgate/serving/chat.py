@@ -317,6 +317,7 @@ class ChatService:
             eos_token_id=self.engine.tokenizer.eos_token_id,
             specials=self._specials,
             thinking=self._thinking(req),
+            actor=req.actor,
             timeout_s=self.settings.limits.grammar_timeout_s,
         )
         ref: ConstraintRef | None = None if constraint is None else constraint.ref()
