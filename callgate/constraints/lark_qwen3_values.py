@@ -118,9 +118,13 @@ class _Checker:
         self._validator: Any = None
 
     def valid(self, value: Any) -> bool:
+        """False also where the validator cannot decide (a `$ref` cycle it recurses into)."""
         if self._validator is None:
             self._validator = Draft202012Validator(dict(self._root)).evolve(schema=self._schema)
-        return bool(self._validator.is_valid(value))
+        try:
+            return bool(self._validator.is_valid(value))
+        except RecursionError:
+            return False
 
 
 def _kind(value: Any) -> str:
@@ -189,9 +193,7 @@ def _raw_string(
     markers = [*value_markers(fmt), end_marker(fmt)]
     rx = _string(schema, root, (path, markers, bad), b, _MAX_REFS)
     if bad:
-        raise SchemaTooComplexError(
-            "qwen3-xml cannot write these values as raw text: " + "; ".join(bad), param=path
-        )
+        raise SchemaTooComplexError("qwen3-xml cannot write these values as raw text: " + "; ".join(bad), param=path)
     if rx is None:
         return None
     parts = [b.text("value_text", markers)]

@@ -86,7 +86,7 @@ def _call(fmt: ToolCallFormat, tool: ToolSpec, b: Builder) -> str:
     path = tool_param(tool.index)
     if not _NAME.fullmatch(tool.name):
         raise SchemaTooComplexError(
-            f"qwen3-xml cannot write a call to {tool.name!r}: a function name holds no whitespace, <, >, =, quotes or /",
+            f"qwen3-xml cannot write a call to {tool.name!r}: its names hold no whitespace, <, >, =, quotes or /",
             param=f"tools[{tool.index}].function.name",
         )
     sets = [a for s in parameter_sets(tool.parameters, path) if (a := _arguments(fmt, s, path, b)) is not None]
