@@ -274,3 +274,18 @@ def test_every_keyword_the_grammar_cannot_enforce_is_named() -> None:
 def test_a_tool_whose_call_cannot_be_written_is_refused(params: dict[str, Any]) -> None:
     with pytest.raises(SchemaTooComplexError):
         check(grammar(params), byte_vocabulary(), None)
+
+
+def test_a_json_value_holds_no_marker_the_parser_would_stop_at() -> None:
+    params = {
+        "type": "object",
+        "properties": {"notes": {"type": "array", "items": {"type": "string"}}, "doc": {"$ref": "#/$defs/Doc"}},
+        "$defs": {"Doc": {"type": "object", "properties": {"html": {"type": ["string", "null"], "pattern": "b"}}}},
+    }
+    g = grammar(params)
+    assert agrees(params, qwen_call(("notes", '["a</b> <t> <|x", "<"]')), g)
+    assert agrees(params, qwen_call(("doc", '{"html": "<b>"}')), g)
+    for marker in ("</function>", "<tool_call>", "</tool_call>", "<|im_end|>"):
+        assert not accepts(g, qwen_call(("notes", json.dumps([f"x{marker}y"])))), marker
+        assert not accepts(g, qwen_call(("doc", json.dumps({"html": f"b{marker}"})))), marker
+        assert parse(FMT, qwen_call(("notes", json.dumps([marker]))) + "<|im_end|>", tools(params)).diagnostics

@@ -14,7 +14,8 @@ Per type tried before `string`:
   no number past a double's range, which the parser refuses); a finite set (enum/const) as
   its values' texts; otherwise llguidance's `%json` of the typed sub-schema (bounds,
   multipleOf);
-* object / array: `%json` of the typed sub-schema (objects and arrays are JSON).
+* object / array: `%json` of the typed sub-schema (objects and arrays are JSON), each
+  `type: string` in it narrowed to strings holding no value marker (`marker_free`).
 The raw string (when a string reading follows) is free text up to the end marker holding
 none of the parser's value markers, narrowed by its string schema (enum/const, minLength/
 maxLength, pattern, the formats date, time, date-time and uuid; other formats are annotations,
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -104,7 +106,7 @@ def value(
         raw = _raw_string(fmt, schema, root, path, exact, firsts, b)
         lexemes += [raw] if raw is not None else []
     end = lit(end_marker(fmt))
-    alts = [f"{b.json(_json_doc(schema, json_kinds, root, path))} {end}"] if json_kinds else []
+    alts = [f"{b.json(_json_doc(fmt, schema, json_kinds, root, path))} {end}"] if json_kinds else []
     if lexemes:
         alts.append(b.terminal("value", f"({' | '.join(lexemes)}) {end}"))
     return b.rule("value", " | ".join(alts)) if alts else None
@@ -163,17 +165,72 @@ def _finite(schema: Any, kind: str, root: Mapping[str, Any], depth: int = _MAX_R
     return None
 
 
-def _json_doc(schema: Any, kinds: list[str], root: Mapping[str, Any], path: str) -> dict[str, Any]:
+def _json_doc(fmt: ToolCallFormat, schema: Any, kinds: list[str], root: Mapping[str, Any], path: str) -> dict[str, Any]:
     """The `%json` schema of the values of `kinds` (JSON texts) that `schema` accepts; its
     `$ref`s keep pointing at `root`'s definitions (the whole of `root` is carried, re-rooted,
-    only where a `$ref` points elsewhere)."""
+    only where a `$ref` points elsewhere). Every `type: string` in it holds none of the value
+    markers (the parser finds them in the JSON text too)."""
     typed: dict[str, Any] = {"allOf": [schema], "type": kinds} if isinstance(schema, Mapping) else {"type": kinds}
-    doc = prepare(typed, path)
-    defs = {k: root[k] for k in ("$defs", "definitions") if isinstance(root.get(k), Mapping)}
+    guard = marker_free(fmt)
+    doc = _guarded(prepare(typed, path), guard)
+    defs = {k: _guarded(root[k], guard) for k in ("$defs", "definitions") if isinstance(root.get(k), Mapping)}
     if all(r.startswith(("#/$defs/", "#/definitions/")) for r in _refs([doc, defs])):
         return {**doc, **defs}
     slot = "#/$defs/qwen3_xml_root"
-    return {**rebase(doc, slot), "$defs": {"qwen3_xml_root": rebase(root, slot)}}
+    return {**rebase(doc, slot), "$defs": {"qwen3_xml_root": rebase(_guarded(root, guard), slot)}}
+
+
+def marker_free(fmt: ToolCallFormat) -> str | None:
+    """A JSON-Schema `pattern` (no lookaround) of the strings that hold none of the value
+    markers a JSON text can hold (those without a newline, which JSON escapes), or None
+    where they do not all start with the one `<` they hold: the text between two `<` must
+    not start with a marker's rest."""
+    markers = [m for m in value_markers(fmt) if "\n" not in m]
+    if not markers or any(m[0] != "<" or "<" in m[1:] for m in markers):
+        return None
+    trie: dict[str, Any] = {}
+    for m in markers:
+        node = trie
+        for ch in m[1:]:
+            node = node.setdefault(ch, {})
+        node[""] = {}  # a whole marker ends here
+
+    def unstarted(node: dict[str, Any]) -> str:
+        """Text without `<` that does not start with a rest below `node`."""
+        nexts = sorted(c for c in node if c)
+        alts = ["", f"[^<{''.join(re.escape(c) for c in nexts)}][^<]*"]
+        alts += [re.escape(c) + unstarted(node[c]) for c in nexts if "" not in node[c]]
+        return "(?:" + "|".join(alts) + ")"
+
+    return f"^[^<]*(?:<{unstarted(trie)})*$"
+
+
+_SUBSCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions")
+_SUBSCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
+
+
+def _guarded(node: Any, pattern: str | None) -> Any:
+    """`node` with `pattern` on every schema of `type` string in it."""
+    if pattern is None or not isinstance(node, Mapping):
+        return node
+    out = {k: v for k, v in node.items()}
+    for key in _SUBSCHEMA_MAPS:
+        if isinstance(out.get(key), Mapping):
+            out[key] = {k: _guarded(v, pattern) for k, v in out[key].items()}
+    for key in _SUBSCHEMA_LISTS:
+        if isinstance(out.get(key), list):
+            out[key] = [_guarded(v, pattern) for v in out[key]]
+    for key in ("items", "additionalProperties"):
+        out[key] = _guarded(out[key], pattern) if key in out else None
+        if out[key] is None:
+            del out[key]
+    kind = out.get("type")
+    if kind == "string" or (isinstance(kind, list) and "string" in kind):
+        if "pattern" in out:
+            out["allOf"] = [*out.get("allOf", []), {"pattern": pattern}]
+        else:
+            out["pattern"] = pattern
+    return out
 
 
 def _refs(node: Any) -> list[str]:
