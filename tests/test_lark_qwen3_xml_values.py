@@ -289,3 +289,14 @@ def test_a_json_value_holds_no_marker_the_parser_would_stop_at() -> None:
         assert not accepts(g, qwen_call(("notes", json.dumps([f"x{marker}y"])))), marker
         assert not accepts(g, qwen_call(("doc", json.dumps({"html": f"b{marker}"})))), marker
         assert parse(FMT, qwen_call(("notes", json.dumps([marker]))) + "<|im_end|>", tools(params)).diagnostics
+
+
+def test_a_closed_root_union_keeps_to_what_closes_it() -> None:
+    """`unevaluatedProperties: false` (what strict tools get) sees the branches' names;
+    `additionalProperties: false` only the root's, so no branch of SHARED can be written."""
+    strict = {**SHARED, "unevaluatedProperties": False}
+    g = grammar(strict)
+    assert agrees(strict, qwen_call(("owner", "me"), ("mode", "a"), ("text", "hey")), g)
+    assert not accepts(g, qwen_call(("owner", "me"), ("mode", "a"), ("text", "hey"), ("extra", "1")))
+    with pytest.raises(SchemaTooComplexError):
+        grammar({**SHARED, "additionalProperties": False})

@@ -120,6 +120,9 @@ def parameter_sets(parameters: Mapping[str, Any], path: str) -> list[ParameterSe
     base = ParameterSet(root)
     base.types = {k: declared_types(v, parameters) for k, v in declared.items()}
     _merge(base, root, root, path)
+    # the declared `additionalProperties: false` (not the `unevaluatedProperties: false` that
+    # prepare() reads as one: that one sees the branches' names too)
+    base.closed = parameters.get("additionalProperties") is False
     for part in [{"$ref": root["$ref"]}] if isinstance(root.get("$ref"), str) else []:
         _merge(base, _follow(part, root, path), root, path)
     for part in root.get("allOf") or ():
@@ -161,8 +164,6 @@ def _merge(into: ParameterSet, part: Any, root: Mapping[str, Any], path: str) ->
         if into.closed and key not in into.schemas:
             continue  # the root allows no name it does not declare
         into.schemas.setdefault(key, []).append(schema)
-    if part is root:
-        into.closed = part.get("additionalProperties") is False and "anyOf" not in part and "oneOf" not in part
     for pattern, schema in (part.get("patternProperties") or {}).items():
         for key in into.schemas:
             if re.search(pattern, key):
