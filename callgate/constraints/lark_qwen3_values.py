@@ -55,6 +55,10 @@ SYNTAX = {
 }
 _BOUNDED = {"integer": INTEGER, "number": NUMBER}
 _CONTAINERS = ("object", "array")
+# The guard on JSON strings (`marker_free`), defined once per `%json` document and left off
+# literals (a pattern beside an `enum` costs llguidance's JSON compiler most): the matcher of
+# the 12 agent tools (3 JSON-valued parameters) takes ~5 ms with it, ~3 ms without (byte
+# vocabulary, best of 40).
 _MAX_REFS = 8  # a string schema's `$ref`s followed at most this deep (a cycle adds nothing)
 
 
@@ -171,13 +175,19 @@ def _json_doc(fmt: ToolCallFormat, schema: Any, kinds: list[str], root: Mapping[
     only where a `$ref` points elsewhere). Every `type: string` in it holds none of the value
     markers (the parser finds them in the JSON text too)."""
     typed: dict[str, Any] = {"allOf": [schema], "type": kinds} if isinstance(schema, Mapping) else {"type": kinds}
-    guard = marker_free(fmt)
-    doc = _guarded(prepare(typed, path), guard)
-    defs = {k: _guarded(root[k], guard) for k in ("$defs", "definitions") if isinstance(root.get(k), Mapping)}
+    doc = prepare(typed, path)
+    defs = {k: root[k] for k in ("$defs", "definitions") if isinstance(root.get(k), Mapping)}
     if all(r.startswith(("#/$defs/", "#/definitions/")) for r in _refs([doc, defs])):
-        return {**doc, **defs}
-    slot = "#/$defs/qwen3_xml_root"
-    return {**rebase(doc, slot), "$defs": {"qwen3_xml_root": rebase(_guarded(root, guard), slot)}}
+        whole = {**doc, **defs}
+    else:
+        slot = "#/$defs/qwen3_xml_root"
+        whole = {**rebase(doc, slot), "$defs": {"qwen3_xml_root": rebase(root, slot)}}
+    guard = marker_free(fmt)
+    if guard is None:
+        return whole
+    out = _guarded(whole, guard)
+    out["$defs"] = {**(out.get("$defs") or {}), _TEXT_DEF: {"type": "string", "pattern": guard}}
+    return dict(out)
 
 
 def marker_free(fmt: ToolCallFormat) -> str | None:
@@ -206,6 +216,7 @@ def marker_free(fmt: ToolCallFormat) -> str | None:
 
 
 _SUBSCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions")
+_TEXT_DEF = "qwen3_xml_text"  # the guarded plain string, defined once per document
 _SUBSCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
 
 
@@ -225,6 +236,11 @@ def _guarded(node: Any, pattern: str | None) -> Any:
         if out[key] is None:
             del out[key]
     kind = out.get("type")
+    if out == {"type": "string"}:
+        return {"$ref": f"#/$defs/{_TEXT_DEF}"}
+    values = [out["const"]] if "const" in out else out.get("enum")
+    if isinstance(values, list) and not any(isinstance(v, str) and "<" in v for v in values):
+        return out  # literals holding no marker
     if kind == "string" or (isinstance(kind, list) and "string" in kind):
         if "pattern" in out:
             out["allOf"] = [*out.get("allOf", []), {"pattern": pattern}]
