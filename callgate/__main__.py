@@ -72,6 +72,11 @@ def _add_serve_flags(p: argparse.ArgumentParser) -> None:
         default=None,
         help="require 'Authorization: Bearer KEY' on every route but /health (or CALLGATE_API_KEY)",
     )
+    g.add_argument(
+        "--trust-actor-header",
+        action="store_true",
+        help="take the actor of tool-call idempotency keys from the x-callgate-actor header (set it at a gateway)",
+    )
     g.add_argument("--log-level", default=d.log_level, choices=["debug", "info", "warning", "error"], help="log level")
     g = p.add_argument_group("scheduling")
     g.add_argument("--max-num-seqs", type=int, default=d.max_num_seqs, help="requests in the running batch")
@@ -116,6 +121,21 @@ def _add_serve_flags(p: argparse.ArgumentParser) -> None:
         "--audit-log-max-bytes", type=int, default=d.audit_log_max_bytes, help="rotate the audit log at this size"
     )
     g.add_argument("--no-constrain", action="store_true", help="decode without grammars (the parser still checks)")
+    g.add_argument(
+        "--reasoning",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="whether the model writes a reasoning block (auto: its chat template mentions the format's opening tag)",
+    )
+    g.add_argument(
+        "--responses-store-max", type=int, default=d.responses_store_max, help="stored /v1/responses (0: none)"
+    )
+    g.add_argument(
+        "--responses-store-max-bytes",
+        type=int,
+        default=d.responses_store_max_bytes,
+        help="bytes of stored /v1/responses; least recently used ones are evicted beyond this",
+    )
     g = p.add_argument_group("request limits")
     g.add_argument("--max-body-bytes", type=int, default=lim.max_body_bytes, help="larger bodies get 413")
     g.add_argument("--max-messages", type=int, default=lim.max_messages, help="messages per request")
@@ -161,6 +181,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         host=args.host,
         port=args.port,
         api_key=args.api_key or os.environ.get("CALLGATE_API_KEY") or None,
+        trust_actor_header=args.trust_actor_header,
         max_num_seqs=args.max_num_seqs,
         max_model_len=args.max_model_len,
         max_queue=max(0, args.max_queue),
@@ -194,9 +215,12 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         audit_log=args.audit_log,
         audit_log_max_bytes=args.audit_log_max_bytes,
         constrained=not args.no_constrain,
+        reasoning={"auto": None, "on": True, "off": False}[args.reasoning],
         grammar_cache_dir=args.grammar_cache_dir,
         grammar_cache_max_bytes=args.grammar_cache_max_bytes,
         log_level=args.log_level,
+        responses_store_max=max(0, args.responses_store_max),
+        responses_store_max_bytes=max(0, args.responses_store_max_bytes),
     )
 
 
@@ -206,10 +230,8 @@ def serve(
     """Build the engine and serve until interrupted."""
     import uvicorn
 
-    from callgate.constraints import configure_disk
     from callgate.serving.app import create_app
 
-    configure_disk(settings.grammar_cache_dir, settings.grammar_cache_max_bytes)
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if settings.api_key is None and settings.host not in ("127.0.0.1", "localhost", "::1"):
         logging.getLogger("callgate").warning(

@@ -65,6 +65,9 @@ class Settings:
     host: str = "127.0.0.1"
     port: int = 8000
     api_key: str | None = field(default=None, repr=False)
+    # Take the actor of the idempotency key from the x-callgate-actor header (set by a gateway
+    # that authenticates clients) over the request's own field (callgate.serving.idempotency).
+    trust_actor_header: bool = False
     max_num_seqs: int = 8
     max_model_len: int = 2048
     max_queue: int = 32
@@ -77,11 +80,17 @@ class Settings:
     audit_log: str | None = None
     audit_log_max_bytes: int = 64 * 1024 * 1024
     constrained: bool = True
+    # Whether the served model writes a reasoning block; None: read from its chat template
+    # (ChatService: the format's opening tag in it), so SmolLM2 in hermes gets no <think>.
+    reasoning: bool | None = None
     # Compiled grammars handed to vLLM's engine process (callgate.constraints.cache).
     # None: a temporary directory of the server, removed when it exits.
     grammar_cache_dir: str | None = None
     grammar_cache_max_bytes: int = 1 << 30
     log_level: str = "info"
+    # /v1/responses kept for previous_response_id and GET (responses_store.py); LRU beyond either bound.
+    responses_store_max: int = 1024
+    responses_store_max_bytes: int = 64 * 1024 * 1024
 
     @property
     def model_name(self) -> str:

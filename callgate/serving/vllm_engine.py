@@ -19,6 +19,7 @@ import dataclasses
 import gc
 import logging
 import os
+import tempfile
 import time
 from collections.abc import AsyncGenerator, Mapping
 from functools import cache
@@ -26,6 +27,7 @@ from typing import Any
 
 import anyio
 
+from callgate.decoding import closing_marks
 from callgate.errors import EngineError, InvalidRequestError
 from callgate.serving.engine import ConstraintRef, EngineConfig, GenerationRequest, SamplingParams, TokenDelta
 from callgate.serving.tokenizer import HfTokenizer
@@ -59,7 +61,7 @@ def constraint_args(ref: ConstraintRef) -> dict[str, Any]:
     """What the logits processor reads from `SamplingParams.extra_args["callgate"]`."""
     if dataclasses.is_dataclass(ref) and not isinstance(ref, type):
         return {f.name: getattr(ref, f.name) for f in dataclasses.fields(ref)}
-    return {"key": ref.key, "regex": ref.regex}
+    return {"key": ref.key, "grammar": ref.grammar}
 
 
 class VllmEngine:
@@ -72,12 +74,16 @@ class VllmEngine:
         self.config = config
         self.model_name = config.served_model_name
         self.max_model_len = config.max_model_len
+        self.closing_dir = os.environ.get(closing_marks.ENV)  # set by `start`, read by the processor
 
     @classmethod
     def start(cls, config: EngineConfig, env: Mapping[str, str] | None = None) -> VllmEngine:
         """Apply `env` (default: `environment(config)`), import vllm, load the model and start
         the engine: blocking, seconds to a minute (vLLM compiles the model on a CPU)."""
         apply_environment(environment(config) if env is None else env)
+        # where the processor marks requests budget closing cut short (closing_marks.py);
+        # the engine core, another process on a GPU, inherits the environment
+        os.environ.setdefault(closing_marks.ENV, tempfile.mkdtemp(prefix="callgate-closing-"))
         started = time.perf_counter()
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
@@ -149,11 +155,13 @@ class VllmEngine:
                 param="messages",
                 code="context_length_exceeded",
             )
-        args = sampling_arguments(req.sampling, room, req.constraint)
+        args = sampling_arguments(req.sampling, room, req.constraint, req.request_id)
         return VllmSamplingParams(**args, output_kind=RequestOutputKind.DELTA)
 
 
-def sampling_arguments(s: SamplingParams, room: int, constraint: ConstraintRef | None) -> dict[str, Any]:
+def sampling_arguments(
+    s: SamplingParams, room: int, constraint: ConstraintRef | None, request_id: str = ""
+) -> dict[str, Any]:
     """vLLM `SamplingParams` keywords for `s` with at most `room` new tokens. vLLM applies
     `logit_bias` in a built-in logits processor that runs before callgate's (custom ones come
     after the built-ins), and the grammar mask then writes -inf over every forbidden token,
@@ -171,7 +179,10 @@ def sampling_arguments(s: SamplingParams, room: int, constraint: ConstraintRef |
         "logit_bias": dict(s.logit_bias) if s.logit_bias else None,
         "seed": s.seed,
         "stop": list(s.stop) or None,
-        "extra_args": {"callgate": constraint_args(constraint)} if constraint is not None else None,
+        "ignore_eos": s.ignore_eos,
+        "extra_args": {"callgate": {**constraint_args(constraint), "request_id": request_id}}
+        if constraint is not None
+        else None,
     }
 
 
@@ -193,7 +204,8 @@ async def _deltas(stream: AsyncGenerator[Any, None], n_prompt: int) -> AsyncGene
         completion_tokens += len(choice.token_ids)
         finish = str(choice.finish_reason) if out.finished else None
         cached = out.num_cached_tokens or 0
-        yield TokenDelta(choice.text, tuple(choice.token_ids), finish, n_prompt, completion_tokens, cached)
+        stop = choice.stop_reason if out.finished and isinstance(choice.stop_reason, str) else None
+        yield TokenDelta(choice.text, tuple(choice.token_ids), finish, n_prompt, completion_tokens, cached, stop)
         if out.finished:
             return
     yield TokenDelta("", (), "abort", n_prompt, completion_tokens)
@@ -222,12 +234,7 @@ def engine_arguments(config: EngineConfig) -> dict[str, Any]:
 
 
 def logits_processor_classes() -> list[Any]:
-    """callgate's logits processor, once `callgate.constraints.processor` exists."""
-    import importlib.util
-
-    if importlib.util.find_spec("callgate.constraints.processor") is None:
-        log.warning("callgate.constraints.processor is not installed: decoding is unconstrained")
-        return []
+    """callgate's logits processor (callgate.decoding.processor)."""
     return [_processor_class()]
 
 
@@ -236,7 +243,7 @@ def _processor_class() -> type:
     """The vLLM adapter: vLLM's LogitsProcessor base + callgate's vllm-free ConstrainedBatch."""
     from vllm.v1.sample.logits_processor import LogitsProcessor
 
-    from callgate.constraints.processor import ConstrainedBatch
+    from callgate.decoding.processor import ConstrainedBatch
 
     class CallgateLogitsProcessor(ConstrainedBatch, LogitsProcessor):
         """Constrained decoding for requests whose `extra_args` carry a "callgate" grammar."""
