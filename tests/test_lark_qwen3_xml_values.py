@@ -133,6 +133,7 @@ BOUNDED: dict[str, Any] = {
         "tag": {"type": "string", "pattern": "ab"},
         "word": {"type": "string", "minLength": 2, "maxLength": 4},
         "day": {"type": "string", "format": "date"},
+        "dir": {"type": "string", "pattern": "^/usr/[a-z]+\n?$"},
         "id": {"anyOf": [{"type": "integer", "minimum": 0}, {"type": "string", "pattern": "^id-"}]},
     },
 }
@@ -145,6 +146,7 @@ BOUNDED_CASES = [
     ("word", "ab", True), ("word", "abcd", True), ("word", "a", False), ("word", "abcde", False),
     ("word", "日本", True), ("word", "日本語漢字", False),
     ("day", "2025-02-28", True), ("day", "2025-13-01", False), ("day", "tomorrow", False),
+    ("dir", "/usr/bin", True), ("dir", "/usr/", False), ("dir", "x/usr/bin", False),
     ("id", "7", True), ("id", "id-7", True), ("id", "-7", False), ("id", "x-7", False),
 ]  # fmt: skip
 

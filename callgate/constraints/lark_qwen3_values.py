@@ -334,5 +334,5 @@ def _pattern(pattern: str) -> str:
         body, start = body[1:], ""
     if body.endswith("$") and not body.endswith("\\$"):
         body, end = body[:-1], ""
-    body = body.replace("\\/", "/").replace("/", "\\/")
+    body = body.replace("\\/", "/").replace("/", "\\/").replace("\n", "\\n").replace("\r", "\\r")
     return f"/{start}(?:{body}){end}/"
