@@ -302,3 +302,11 @@ def test_a_closed_root_union_keeps_to_what_closes_it() -> None:
     assert not accepts(g, qwen_call(("owner", "me"), ("mode", "a"), ("text", "hey"), ("extra", "1")))
     with pytest.raises(SchemaTooComplexError):
         grammar({**SHARED, "additionalProperties": False})
+
+
+def test_a_function_name_the_parser_cannot_read_is_refused() -> None:
+    req = grammar_request(FMT, [{"type": "function", "function": {"name": "get weather"}}], "required", False, None)
+    assert req is not None
+    with pytest.raises(SchemaTooComplexError) as err:
+        lark_grammar(req)
+    assert err.value.param == "tools[0].function.name"
