@@ -193,7 +193,8 @@ async def _deltas(stream: AsyncGenerator[Any, None], n_prompt: int) -> AsyncGene
         completion_tokens += len(choice.token_ids)
         finish = str(choice.finish_reason) if out.finished else None
         cached = out.num_cached_tokens or 0
-        yield TokenDelta(choice.text, tuple(choice.token_ids), finish, n_prompt, completion_tokens, cached)
+        stop = choice.stop_reason if out.finished and isinstance(choice.stop_reason, str) else None
+        yield TokenDelta(choice.text, tuple(choice.token_ids), finish, n_prompt, completion_tokens, cached, stop)
         if out.finished:
             return
     yield TokenDelta("", (), "abort", n_prompt, completion_tokens)
