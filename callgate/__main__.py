@@ -116,6 +116,12 @@ def _add_serve_flags(p: argparse.ArgumentParser) -> None:
         "--audit-log-max-bytes", type=int, default=d.audit_log_max_bytes, help="rotate the audit log at this size"
     )
     g.add_argument("--no-constrain", action="store_true", help="decode without grammars (the parser still checks)")
+    g.add_argument(
+        "--no-recover-calls",
+        action="store_true",
+        help="under tool_choice auto, return a call written as JSON outside the call markup as the text it is "
+        "(default: ask for it again under that tool's grammar, one repair round)",
+    )
     g = p.add_argument_group("request limits")
     g.add_argument("--max-body-bytes", type=int, default=lim.max_body_bytes, help="larger bodies get 413")
     g.add_argument("--max-messages", type=int, default=lim.max_messages, help="messages per request")
@@ -194,6 +200,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         audit_log=args.audit_log,
         audit_log_max_bytes=args.audit_log_max_bytes,
         constrained=not args.no_constrain,
+        recover_calls=not args.no_recover_calls,
         grammar_cache_dir=args.grammar_cache_dir,
         grammar_cache_max_bytes=args.grammar_cache_max_bytes,
         log_level=args.log_level,

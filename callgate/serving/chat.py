@@ -20,6 +20,10 @@ Policy:
   back as tool results and the model tries again, at most `max_repairs` times; then 422.
   Streaming sends text as it is generated and a round's tool calls only once all of that
   round's verdicts are in (a rejected round's calls are never sent).
+* Under tool_choice `auto`, an answer that is wholly a call to a declared tool written as
+  JSON outside the format's markup gets the advisory diagnostic `call_outside_markup` and
+  one recovery round under that tool's named grammar (recovery.py), a round of the repair
+  budget; streaming has already sent the first round's text.
 * Leaving early (client gone, task cancelled) closes the engine stream and aborts the
   request, shielded from cancellation, so its batch slot is always freed.
 """
@@ -37,7 +41,7 @@ import anyio
 
 from callgate import parsers
 from callgate.errors import CallgateError, ModelOutputError, ToolCallRejectedError, ValidatorUnavailableError
-from callgate.serving import audit, chat_completions
+from callgate.serving import audit, chat_completions, recovery
 from callgate.serving.admission import Admission
 from callgate.serving.audit import AuditLog
 from callgate.serving.conform import (
@@ -170,6 +174,8 @@ class ChatService:
                 self._raise_on_bad_output(turn, rnd)
                 await self._validate(turn, rnd)
                 if rnd.accepted:
+                    if await self._recover(turn, rnd):
+                        continue  # the same prompt again, held to the named tool's grammar
                     await self._finish_quick(turn, rnd)
                     calls = self._accepted_calls(rnd)
                     if calls:
@@ -209,8 +215,10 @@ class ChatService:
             min_p=req.min_p,
             logit_bias=req.logit_bias,
         )
+        recovering = turn.recovery_in(rnd.index)
+        constraint = turn.constraint if recovering is None else recovering.constraint
         stream = self.engine.generate(
-            GenerationRequest(request_id, prompt.text, sampling, turn.constraint, prompt.spans, prompt.ids)
+            GenerationRequest(request_id, prompt.text, sampling, constraint, prompt.spans, prompt.ids)
         )
         finished = False
         last_s = turn.started_s
@@ -242,10 +250,7 @@ class ChatService:
                     yield events
                 if stops is not None and stops.stopped:
                     break
-            if (
-                turn.constraint is not None
-                and turn.usage.completion_tokens - base.completion_tokens >= prompt.max_tokens
-            ):
+            if constraint is not None and turn.usage.completion_tokens - base.completion_tokens >= prompt.max_tokens:
                 # Budget closing (constraints/budget.py) ends a call it had to cut short with
                 # EOS at exactly max_tokens: the engine says "stop", but the output was cut.
                 rnd.finish_reason = "length"
@@ -336,13 +341,15 @@ class ChatService:
         assert rnd.result is not None
         for d in rnd.result.diagnostics:
             self.metrics.diagnostic(d.code)
+        recovering = turn.recovery_in(rnd.index)
+        req = turn.req if recovering is None or recovering.request is None else recovering.request
         broken = fatal(rnd.result.diagnostics)
-        if broken is not None and _reasoning_cut_short(turn.req, rnd, broken):
+        if broken is not None and _reasoning_cut_short(req, rnd, broken):
             broken = None  # it ended inside its reasoning: a reasoning-only answer, not bad output
         if broken is not None:
             error = ModelOutputError(f"model output is not a well-formed call: {broken.message}", code=broken.code)
             raise ChatFailure(error, {**turn.callgate_block(), "raw": rnd.raw(broken.span[0])})
-        violation = choice_violation(turn.req, rnd.result)
+        violation = choice_violation(req, rnd.result)
         if violation is not None:
             self.metrics.diagnostic(violation.code)
             block = turn.callgate_block()
@@ -384,6 +391,7 @@ class ChatService:
             return
         diagnostics = [diagnostic_dict(d) for d in rnd.result.diagnostics]
         validator = str(getattr(self.validator, "name", type(self.validator).__name__))
+        recovering = turn.recovery_in(rnd.index)
         records = [
             audit.candidate_record(
                 request_id=turn.completion_id,
@@ -398,9 +406,15 @@ class ChatService:
                 verdict=v,
                 validator=validator,
                 constrained=turn.constraint is not None,
+                recovered_from_round=None if recovering is None else recovering.from_round,
             )
             for c, v in zip(rnd.result.candidates, verdicts, strict=True)
         ]
+        await self._write_audit(records)
+
+    async def _write_audit(self, records: Sequence[Mapping[str, Any]]) -> None:
+        if self.audit is None:
+            return
         try:
             with anyio.CancelScope(shield=True):  # a record, once begun, is finished
                 await anyio.to_thread.run_sync(self.audit.write, records)
@@ -409,6 +423,26 @@ class ChatService:
             raise CallgateError(
                 "the audit log cannot be written; no tool call is returned", code="audit_log_failed"
             ) from exc
+
+    async def _recover(self, turn: Turn, rnd: Round) -> bool:
+        """Whether the next round is a recovery round asking again for the call that `rnd`'s
+        answer wrote outside the markup (recovery.py). When the answer is such a call, it
+        gets its diagnostic and its audit record either way."""
+        assert rnd.result is not None
+        output = "".join(rnd.output)
+        found = recovery.find_outside_call(self.settings.format, turn.req, output, rnd.result, rnd.finish_reason)
+        if found is None:
+            return False
+        rnd.result = recovery.with_diagnostic(rnd.result, found)
+        self.metrics.diagnostic(found.diagnostic.code)
+        rec = await recovery.plan(self.settings, turn.req, found, rnd.index, turn.max_repairs, self._constraint)
+        turn.recoveries.append(rec)
+        self.metrics.recovery(rec.outcome)
+        record = recovery.audit_record(
+            rec, found, output, rnd.result, request_id=turn.completion_id, settings=self.settings
+        )
+        await self._write_audit([record])
+        return rec.round is not None
 
     def _next_round_or_reject(self, turn: Turn, rnd: Round) -> None:
         assert rnd.result is not None

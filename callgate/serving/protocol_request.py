@@ -77,6 +77,7 @@ class ChatRequest:
     top_k: int = 0  # 0: off
     min_p: float = 0.0
     logit_bias: Mapping[int, float] | None = None  # token id -> bias; ids not yet checked against a vocabulary
+    recover_calls: bool | None = None  # `callgate.recover_calls`; None: the server's setting (serving/recovery.py)
 
     def function_of(self, name: str) -> Mapping[str, Any] | None:
         """The declared `function` object of tool `name`; None when no such tool is declared."""
@@ -152,6 +153,7 @@ def _to_request(wire: ChatCompletionWire, limits: Limits) -> ChatRequest:
         top_k=max(0, wire.top_k or 0),  # vLLM's -1 and 0 both mean off
         min_p=wire.min_p or 0.0,
         logit_bias=_logit_bias(wire.logit_bias),
+        recover_calls=ext.recover_calls,
     )
 
 
