@@ -7,11 +7,12 @@ generation (Engine), parsing (parsers), the validator handoff and bounded repair
 Does not know: the web framework, pydantic, vllm, or any format's syntax.
 
 Policy:
-* A diagnostic other than `unknown_tool` (whose candidate still goes to the validator and
-  is rejected there) means the output held a call block that could not be read: 502
-  `model_output_error` with the diagnostic's code; streaming ends with an `error` event.
-  Either body's `callgate` block has `raw`: the failed round's output as the parser read
-  it (bounded, protocol_response.RAW_TEXT_MAX_CHARS), which the diagnostics' spans index.
+* A diagnostic other than the advisory ones (`unknown_tool`, whose candidate still goes to
+  the validator and is rejected there; `call_outside_markup`, below) means the output held
+  a call block that could not be read: 502 `model_output_error` with the diagnostic's code;
+  streaming ends with an `error` event. Either body's `callgate` block has `raw`: the
+  failed round's output as the parser read it (bounded, protocol_response.RAW_TEXT_MAX_CHARS),
+  which the diagnostics' spans index.
   So does output that breaks what the grammar would have enforced (no call under
   tool_choice required/named, another tool than the named one, several calls with
   parallel_tool_calls=false): codes `missing_tool_call`, `wrong_tool`, `too_many_calls`.
