@@ -1,6 +1,7 @@
 """API fuzzing with schemathesis against callgate's own OpenAPI document (/openapi.json of a
 real `callgate serve --engine fake` process): schema-conforming and schema-violating
-requests to every operation never get a 5xx, every 4xx carries OpenAI's error shape, and
+requests to every operation never get a 5xx, every 4xx carries OpenAI's error shape (on
+/v1/messages... Anthropic's), and
 the server is still healthy afterwards.
 
 Knows: schemathesis' Python API (load the document from the URL, one hypothesis strategy
@@ -14,6 +15,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
@@ -43,6 +45,8 @@ def fuzz_operation(server: ServerProcess, operation: Any, mode: GenerationMode, 
             # call it answers ...): send the same fuzzed options once more with a plain one,
             # so tools, tool_choice, stop, response_format ... reach the engine and parsers.
             plain = {"messages": PLAIN} | ({"tasks": ["title"]} if case.path == "/v1/quick" else {})
+            if case.path.startswith("/v1/messages"):  # Anthropic's `model` is required: the served one
+                plain["model"] = httpx.get(server.base + "/v1/models", timeout=30).json()["data"][0]["id"]
             case.body = {k: v for k, v in case.body.items() if k != "model"} | plain
             send(server, case, seen)
 
@@ -56,7 +60,11 @@ def send(server: ServerProcess, case: Any, seen: Counter[tuple[str, int]]) -> No
     resp = case.call(base_url=server.base, timeout=30)
     seen[(case.path, resp.status_code)] += 1
     assert resp.status_code < 500, (case.method, case.path, case.body, resp.status_code, resp.text[:500])
-    if resp.status_code >= 400:
+    if resp.status_code >= 400 and case.path.startswith("/v1/messages"):  # Anthropic's error shape
+        body = resp.json()
+        assert body["type"] == "error" and {"type", "message"} <= set(body["error"]) <= {"type", "message", "code"}
+        assert isinstance(body["error"]["message"], str) and body["error"]["message"]
+    elif resp.status_code >= 400:
         err = resp.json()["error"]
         assert set(err) == {"message", "type", "param", "code"}, resp.text[:500]
         assert isinstance(err["message"], str) and err["message"]
@@ -77,7 +85,7 @@ def test_openapi_document_fuzz(tmp_path: Path) -> None:
             if operation.method.upper() == "POST":  # a GET without parameters has no invalid form
                 fuzz_operation(server, operation, GenerationMode.NEGATIVE, seen)
         chat = "/v1/chat/completions"
-        for path in (chat, "/v1/quick"):  # both sides of each POST route were reached
+        for path in (chat, "/v1/quick", "/v1/messages"):  # both sides of each POST route were reached
             assert seen[(path, 200)] and sum(n for (p, st), n in seen.items() if p == path and 400 <= st < 500)
         assert server.health()["in_flight"] == 0
         assert server.metric("callgate_engine_running") == 0

@@ -31,6 +31,13 @@ TOOL = {
 CALL = '<tool_call>\n{"name": "ping", "arguments": {"n": 1}}\n</tool_call>'
 CHAT = {"messages": [{"role": "user", "content": "ping"}], "tools": [TOOL]}
 QUICK = {"messages": [{"role": "user", "content": "ping"}], "tasks": ["title"]}
+MESSAGES = {
+    "model": "m",
+    "max_tokens": 200,
+    "messages": [{"role": "user", "content": "ping"}],
+    "tools": [{"name": "ping", "input_schema": TOOL["function"]["parameters"]}],  # type: ignore[index]
+}
+BODIES = {"/v1/quick": QUICK, "/v1/messages": MESSAGES, "/v1/messages/count_tokens": MESSAGES}
 
 
 @dataclass
@@ -40,7 +47,7 @@ class Server:
     audit: Path
 
     async def call(self, method: str, path: str, headers: dict[str, str] | None = None) -> httpx.Response:
-        body = QUICK if path == "/v1/quick" else CHAT
+        body = BODIES.get(path, CHAT)
         if method == "POST":
             return await self.http.post(path, json=body, headers=headers)
         return await self.http.request(method, path, headers=headers)
@@ -90,7 +97,7 @@ async def test_every_route_but_health_needs_the_key(server: Server) -> None:
         "/metrics",
     }
     for method, path in [*table, ("GET", "/nowhere"), ("POST", "/v1/completions")]:
-        for headers in BAD_HEADERS:
+        for headers in BAD_HEADERS if not path.startswith("/v1/messages") else BAD_HEADERS[:-1]:
             resp = await server.call(method, path, headers)
             if path == "/health":
                 assert resp.status_code == 200
@@ -102,6 +109,9 @@ async def test_every_route_but_health_needs_the_key(server: Server) -> None:
     for method, path in table:
         resp = await server.call(method, path, {"Authorization": f"Bearer {KEY}"})
         assert resp.status_code == 200, (method, path, resp.text)
+    for path in ("/v1/messages", "/v1/messages/count_tokens"):  # Anthropic's clients send x-api-key
+        assert (await server.call("POST", path, {"X-Api-Key": KEY})).status_code == 200
+        assert (await server.call("POST", path, {"X-Api-Key": KEY + "x"})).status_code == 401
 
 
 async def test_the_bearer_scheme_is_case_insensitive(server: Server) -> None:

@@ -2,7 +2,8 @@
 official `openai` client against a real uvicorn server with a scripted FakeEngine: the model
 first answers with the call as bare or fenced JSON, then (asked again under the named tool's
 grammar) writes it in its native markup. Every format; streamed and not; the answers that
-are not recovered; the switches; the repair budget; the metric; the audit log."""
+are not recovered; the switches; the repair budget; the metric; the audit log; and the
+Anthropic surface (the official `anthropic` client on /v1/messages)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import anthropic
 import httpx
 import openai
 import pytest
@@ -253,3 +255,27 @@ def test_both_rounds_are_in_the_metrics_and_the_audit_log(serve: Callable[..., S
     assert (candidate["round"], candidate["recovered_from_round"]) == (1, 0)
     assert candidate["verdict"]["verdict"] == "accepted"
     assert "kind" not in candidate and candidate["arguments"] == OSLO
+
+
+# ---- the Anthropic surface (/v1/messages runs the same turn) -----------------------------------
+
+ANTHROPIC_TOOLS = [{"name": "get_weather", "description": "Weather", "input_schema": WEATHER["function"]["parameters"]}]
+
+
+def test_the_messages_surface_recovers_too(serve: Callable[..., Server]) -> None:
+    server = serve([BARE, native_call("hermes"), BARE, native_call("hermes"), BARE])
+    client = anthropic.Anthropic(base_url=server.url, api_key="none", max_retries=0, timeout=20)
+    kw: dict[str, Any] = {"model": MODEL, "max_tokens": 200, "messages": ASK, "tools": ANTHROPIC_TOOLS}
+    done = client.messages.create(**kw)
+    assert done.stop_reason == "tool_use"
+    [use] = [b for b in done.content if b.type == "tool_use"]
+    assert (use.name, use.input) == ("get_weather", OSLO)
+    assert done.model_extra["callgate"]["recoveries"][0]["outcome"] == "recovered"
+    with client.messages.stream(**kw) as stream:
+        streamed = stream.get_final_message()
+    assert [b.type for b in streamed.content] == ["text", "tool_use"]  # the first round's text was sent
+    assert streamed.content[0].text == BARE and streamed.stop_reason == "tool_use"
+    off = client.messages.create(**kw, extra_body={"callgate": {"recover_calls": False}})
+    assert off.stop_reason == "end_turn" and [b.type for b in off.content] == ["text"]
+    assert off.content[0].text == BARE
+    assert off.model_extra["callgate"]["diagnostics"][0]["code"] == "call_outside_markup"

@@ -35,19 +35,17 @@ import contextlib
 import importlib
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 import anyio
 
 from callgate import parsers
-from callgate.errors import CallgateError, ModelOutputError, ToolCallRejectedError, ValidatorUnavailableError
-from callgate.serving import audit, chat_completions, recovery
+from callgate.serving import chat_completions, recovery
 from callgate.serving.admission import Admission
 from callgate.serving.audit import AuditLog
 from callgate.serving.conform import (
     call_id_factory,
-    conform_call_ids,
     conform_chat,
     grammar_thinking,
     parser_tools,
@@ -57,18 +55,14 @@ from callgate.serving.engine import ConstraintRef, Engine, GenerationRequest, Sa
 from callgate.serving.handoff import (
     ADVISORY_CODES,
     Validator,
-    choice_violation,
-    fatal,
     final_arguments,
-    repair_messages,
-    validate_all,
-    verdict_dict,
 )
 from callgate.serving.metrics import Metrics
 from callgate.serving.prompt import Prompt, build_prompt
-from callgate.serving.protocol import ChatRequest, diagnostic_dict, tool_call_dict
+from callgate.serving.protocol import ChatRequest, tool_call_dict
 from callgate.serving.protocol_request import check_logit_bias
 from callgate.serving.quick import Conversation, QuickConfig, QuickService
+from callgate.serving.round_review import RoundReview
 from callgate.serving.settings import Settings
 from callgate.serving.stop_filter import StopFilter
 from callgate.serving.turn import ChatFailure, Round, Turn
@@ -83,7 +77,7 @@ from callgate.serving.turn_events import (
     TurnEvent,
     TurnUsage,
 )
-from callgate.types import Diagnostic, DiagnosticEvent, Event, TextDelta, arguments_json
+from callgate.types import DiagnosticEvent, Event, TextDelta, arguments_json
 from callgate.types import ReasoningDelta as ParsedReasoning
 
 log = logging.getLogger("callgate.chat")
@@ -105,6 +99,7 @@ class ChatService:
         self.audit = (
             None if settings.audit_log is None else AuditLog(settings.audit_log, max_bytes=settings.audit_log_max_bytes)
         )
+        self.review = RoundReview(settings.format, settings.model_name, validator, metrics, self.audit)
         self._vocabulary: dict[bytes, list[int]] | None = None
         self.quick = QuickService(engine, settings.format, QuickConfig(constrained=settings.constrained))
 
@@ -172,8 +167,8 @@ class ChatService:
                             isinstance(ev, DiagnosticEvent) and ev.diagnostic.code not in ADVISORY_CODES for ev in batch
                         ):
                             break  # the output is already unusable: stop generating
-                self._raise_on_bad_output(turn, rnd)
-                await self._validate(turn, rnd)
+                self.review.check_output(turn, rnd)
+                await self.review.validate(turn, rnd)
                 if rnd.accepted:
                     if await self._recover(turn, rnd):
                         continue  # the same prompt again, held to the named tool's grammar
@@ -183,7 +178,7 @@ class ChatService:
                         yield CallsAccepted(rnd.index, calls)
                     yield self._done(turn, rnd, calls)
                     return
-                self._next_round_or_reject(turn, rnd)
+                self.review.next_round_or_reject(turn, rnd)
         finally:
             turn.close()
 
@@ -336,95 +331,6 @@ class ChatService:
         except Exception:  # a warm-up is an optimisation: each request compiles what it needs
             log.warning("could not warm the %s grammar", self.settings.format, exc_info=True)
 
-    # ---- validation and repair ----------------------------------------------------------
-
-    def _raise_on_bad_output(self, turn: Turn, rnd: Round) -> None:
-        assert rnd.result is not None
-        for d in rnd.result.diagnostics:
-            self.metrics.diagnostic(d.code)
-        recovering = turn.recovery_in(rnd.index)
-        req = turn.req if recovering is None or recovering.request is None else recovering.request
-        broken = fatal(rnd.result.diagnostics)
-        if broken is not None and _reasoning_cut_short(req, rnd, broken):
-            broken = None  # it ended inside its reasoning: a reasoning-only answer, not bad output
-        if broken is not None:
-            error = ModelOutputError(f"model output is not a well-formed call: {broken.message}", code=broken.code)
-            raise ChatFailure(error, {**turn.callgate_block(), "raw": rnd.raw(broken.span[0])})
-        violation = choice_violation(req, rnd.result)
-        if violation is not None:
-            self.metrics.diagnostic(violation.code)
-            block = turn.callgate_block()
-            block["diagnostics"].append({**diagnostic_dict(violation), "round": rnd.index})
-            error = ModelOutputError(f"model output breaks the request: {violation.message}", code=violation.code)
-            raise ChatFailure(error, {**block, "raw": rnd.raw(violation.span[0])})
-
-    async def _validate(self, turn: Turn, rnd: Round) -> None:
-        """Verdicts for the round's candidates; each is in the audit log (fsynced) before
-        this returns, so before any response that carries it. No verdict: audited, raised."""
-        assert rnd.result is not None
-        started_s = time.monotonic()
-        try:
-            rnd.verdicts = await validate_all(
-                self.validator,
-                turn.req,
-                rnd.result.candidates,
-                request_id=turn.completion_id,
-                model=self.settings.model_name,
-                fmt=self.settings.format,
-                constrained=turn.constraint is not None,
-            )
-        except ValidatorUnavailableError as exc:
-            await self._audit(
-                turn, rnd, [{"verdict": "unavailable", "error": exc.message}] * len(rnd.result.candidates)
-            )
-            raise
-        finally:
-            if rnd.result.candidates:
-                self.metrics.validator_latency(time.monotonic() - started_s)
-        for v in rnd.verdicts:
-            self.metrics.verdict(v.verdict)
-            for e in v.errors:
-                self.metrics.rejection(str(e.get("kind", "unspecified")))
-        await self._audit(turn, rnd, [verdict_dict(v) for v in rnd.verdicts])
-
-    async def _audit(self, turn: Turn, rnd: Round, verdicts: Sequence[Mapping[str, Any]]) -> None:
-        if self.audit is None or rnd.result is None or not rnd.result.candidates:
-            return
-        diagnostics = [diagnostic_dict(d) for d in rnd.result.diagnostics]
-        validator = str(getattr(self.validator, "name", type(self.validator).__name__))
-        recovering = turn.recovery_in(rnd.index)
-        records = [
-            audit.candidate_record(
-                request_id=turn.completion_id,
-                round_index=rnd.index,
-                model=self.settings.model_name,
-                fmt=self.settings.format,
-                call_id=c.call_id,
-                tool=c.name,
-                arguments=c.arguments,
-                raw=c.raw,
-                diagnostics=diagnostics,
-                verdict=v,
-                validator=validator,
-                constrained=turn.constraint is not None,
-                recovered_from_round=None if recovering is None else recovering.from_round,
-            )
-            for c, v in zip(rnd.result.candidates, verdicts, strict=True)
-        ]
-        await self._write_audit(records)
-
-    async def _write_audit(self, records: Sequence[Mapping[str, Any]]) -> None:
-        if self.audit is None:
-            return
-        try:
-            with anyio.CancelScope(shield=True):  # a record, once begun, is finished
-                await anyio.to_thread.run_sync(self.audit.write, records)
-        except OSError as exc:  # no record, no call: the candidates are withheld
-            log.error("audit log %s: %s", self.audit.path, exc)
-            raise CallgateError(
-                "the audit log cannot be written; no tool call is returned", code="audit_log_failed"
-            ) from exc
-
     async def _recover(self, turn: Turn, rnd: Round) -> bool:
         """Whether the next round is a recovery round asking again for the call that `rnd`'s
         answer wrote outside the markup (recovery.py). When the answer is such a call, it
@@ -442,21 +348,8 @@ class ChatService:
         record = recovery.audit_record(
             rec, found, output, rnd.result, request_id=turn.completion_id, settings=self.settings
         )
-        await self._write_audit([record])
+        await self.review.write_audit([record])
         return rec.round is not None
-
-    def _next_round_or_reject(self, turn: Turn, rnd: Round) -> None:
-        assert rnd.result is not None
-        if rnd.index >= turn.max_repairs:
-            rejected = sum(v.verdict != "accepted" for v in rnd.verdicts)
-            error = ToolCallRejectedError(
-                f"{rejected} tool call(s) rejected by the validator after {rnd.index} repair round(s)",
-                code="tool_call_rejected",
-            )
-            raise ChatFailure(error, turn.callgate_block())
-        self.metrics.repair()
-        messages = [*turn.messages, *repair_messages(rnd.result, rnd.verdicts)]
-        turn.messages = list(conform_call_ids(self.settings.format, messages))
 
     async def _finish_quick(self, turn: Turn, rnd: Round) -> None:
         """Await the heads (answer-position ones run now, on the conversation plus the answer)."""
@@ -515,19 +408,6 @@ def _finish_parse(parser: parsers.StreamParser, stops: StopFilter | None, rnd: R
         rnd.stop_string = stops.matched
     rnd.result = stops.result() if stops.stopped else parser.result()
     return tail
-
-
-def _reasoning_cut_short(req: ChatRequest, rnd: Round, broken: Diagnostic) -> bool:
-    """The output ended inside the reasoning block (the only fatal diagnostic): `max_tokens`
-    ran out, or the model ended its turn there (possible only where no grammar holds it, as
-    without tools). As OpenAI answers a reasoning model out of tokens, the reply is the
-    reasoning so far, no content, finish_reason "length" or "stop" — unless tool_choice
-    needed a call (then a 502, as documented)."""
-    assert rnd.result is not None
-    forced = req.tool_choice == "required" or isinstance(req.tool_choice, Mapping)
-    others = [d for d in rnd.result.diagnostics if d is not broken and d.code not in ADVISORY_CODES]
-    ended = rnd.finish_reason in ("length", "stop")
-    return broken.code == "missing_think_end" and ended and not forced and not others
 
 
 def _text_events(batch: list[Event], round_index: int) -> list[TurnEvent]:
