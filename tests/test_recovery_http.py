@@ -39,6 +39,9 @@ def native_call(fmt: str, arguments: dict[str, Any] = OSLO) -> str:
     return text.removesuffix(get_format(fmt).eos)
 
 
+_CLIENTS: dict[int, Any] = {}  # one official client per server, closed with it
+
+
 @pytest.fixture
 def serve() -> Iterator[Callable[..., Server]]:
     servers: list[Server] = []
@@ -48,15 +51,17 @@ def serve() -> Iterator[Callable[..., Server]]:
         engine = FakeEngine(replies=list(replies), max_model_len=settings.max_model_len)
         server = Server(settings, engine, SchemaCheck())
         servers.append(server.__enter__())
+        _CLIENTS[id(server)] = server.client()
         return server
 
     yield start
     for server in servers:
+        _CLIENTS.pop(id(server)).close()
         server.__exit__()
 
 
 def ask(server: Server, **kw: Any) -> Any:
-    return server.client().chat.completions.create(model=MODEL, messages=ASK, tools=[WEATHER], **kw)
+    return _CLIENTS[id(server)].chat.completions.create(model=MODEL, messages=ASK, tools=[WEATHER], **kw)
 
 
 def metrics(server: Server) -> str:
@@ -264,18 +269,18 @@ ANTHROPIC_TOOLS = [{"name": "get_weather", "description": "Weather", "input_sche
 
 def test_the_messages_surface_recovers_too(serve: Callable[..., Server]) -> None:
     server = serve([BARE, native_call("hermes"), BARE, native_call("hermes"), BARE])
-    client = anthropic.Anthropic(base_url=server.url, api_key="none", max_retries=0, timeout=20)
-    kw: dict[str, Any] = {"model": MODEL, "max_tokens": 200, "messages": ASK, "tools": ANTHROPIC_TOOLS}
-    done = client.messages.create(**kw)
-    assert done.stop_reason == "tool_use"
-    [use] = [b for b in done.content if b.type == "tool_use"]
-    assert (use.name, use.input) == ("get_weather", OSLO)
-    assert done.model_extra["callgate"]["recoveries"][0]["outcome"] == "recovered"
-    with client.messages.stream(**kw) as stream:
-        streamed = stream.get_final_message()
-    assert [b.type for b in streamed.content] == ["text", "tool_use"]  # the first round's text was sent
-    assert streamed.content[0].text == BARE and streamed.stop_reason == "tool_use"
-    off = client.messages.create(**kw, extra_body={"callgate": {"recover_calls": False}})
-    assert off.stop_reason == "end_turn" and [b.type for b in off.content] == ["text"]
-    assert off.content[0].text == BARE
-    assert off.model_extra["callgate"]["diagnostics"][0]["code"] == "call_outside_markup"
+    with anthropic.Anthropic(base_url=server.url, api_key="none", max_retries=0, timeout=20) as client:
+        kw: dict[str, Any] = {"model": MODEL, "max_tokens": 200, "messages": ASK, "tools": ANTHROPIC_TOOLS}
+        done = client.messages.create(**kw)
+        assert done.stop_reason == "tool_use"
+        [use] = [b for b in done.content if b.type == "tool_use"]
+        assert (use.name, use.input) == ("get_weather", OSLO)
+        assert done.model_extra["callgate"]["recoveries"][0]["outcome"] == "recovered"
+        with client.messages.stream(**kw) as stream:
+            streamed = stream.get_final_message()
+        assert [b.type for b in streamed.content] == ["text", "tool_use"]  # the first round's text was sent
+        assert streamed.content[0].text == BARE and streamed.stop_reason == "tool_use"
+        off = client.messages.create(**kw, extra_body={"callgate": {"recover_calls": False}})
+        assert off.stop_reason == "end_turn" and [b.type for b in off.content] == ["text"]
+        assert off.content[0].text == BARE
+        assert off.model_extra["callgate"]["diagnostics"][0]["code"] == "call_outside_markup"
