@@ -40,8 +40,10 @@ def lit(text: str) -> str:
 
 
 def regex_literal(text: str) -> str:
-    """`text` escaped for use inside `/.../`."""
-    return re.escape(text).replace("/", "\\/")
+    """`text` escaped for use inside `/.../` (a control character as `\\xHH`: a raw newline
+    ends the regex there)."""
+    escaped = re.escape(text).replace("/", "\\/")
+    return re.sub(r"\\?([\x00-\x1f])", lambda c: f"\\x{ord(c.group(1)):02x}", escaped)
 
 
 def without(markers: Iterable[str]) -> str:
