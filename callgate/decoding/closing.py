@@ -1,0 +1,121 @@
+"""Budget closing: a short way from a matcher's state to the end of the grammar.
+
+Knows: llguidance's matcher (consume, rollback, is_accepting) and a vocabulary's single-byte
+tokens. Does not know: formats (callers pass the texts that close their structures), HTTP.
+
+    plan = closing_plan(matcher, steps, closers)   # bytes that end the grammar, or None
+
+The planner walks forward from the matcher's state one byte at a time, then rolls every byte
+back, so the matcher is left as it was. At each byte it takes, in order: the end of the
+grammar (EOS allowed: done); the longest of `closers` (format markers such as
+`\n</tool_call>`, a JSON string's `"`, `}` and `]`) admitted whole after which the grammar
+admits the fewest bytes, if that is few (it ended a free-text state); else the first admitted byte of `_PREFERENCE` (a value's shortest spellings first: `"` `0` `[` `{`
+`t` `f` `n`, then letters, which complete a required key or an enum). It is greedy, not a
+shortest-path search: its plan is a bound on what closing costs, short for the outputs the
+formats write (a few tokens per open string or container, plus each required key still
+missing with its shortest value), and never longer than `max_bytes` (None past that: the
+budget cannot close this row).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy
+
+from callgate.formats import FORMATS
+
+# the markers that end what a model writes (not the prompt's: those are free text there)
+_CLOSING_KEYS = frozenset(
+    {"block_close", "invoke_close", "param_close", "tag_end", "call_close", "function_close", "parameter_close"}
+)
+_PREFERENCE = b'"}]0[{tfn\n>,:-1 abcdefghijklmnopqrstuvwxyz_ABCDEFGHIJKLMNOPQRSTUVWXYZ23456789./<=()'
+_PREFERENCE += bytes(range(0x80, 0xC0))  # a character cut inside its UTF-8 bytes is finished first
+_NARROW = 32
+JSON_CLOSERS = ('"', "}", "]", '"}', "}}", "]}", '"]')
+
+
+def closing_plan(
+    matcher: Any,
+    steps: Mapping[int, int],
+    eos_token_id: int,
+    closers: Sequence[bytes] = (),
+    *,
+    max_bytes: int = 512,
+) -> bytes | None:
+    """Bytes after which the grammar accepts (EOS then ends it); b"" when it accepts now.
+    `matcher` is over a vocabulary whose one-byte tokens are `steps` (byte value -> id);
+    a byte vocabulary (tests' and the processor's twin) keeps each mask cheap."""
+    taken = 0
+    out = bytearray()
+    ordered = sorted(set(closers), key=len)
+    width = max([eos_token_id, *steps.values()]) + 1
+    try:
+        while True:
+            if matcher.is_accepting():
+                return bytes(out)
+            if matcher.is_error() or len(out) >= max_bytes:
+                return None
+            piece = _closer(matcher, steps, ordered, width) or _byte(matcher, steps)
+            if piece is None:
+                return None
+            out += piece
+            taken += len(piece)
+    finally:
+        if taken:
+            matcher.rollback(taken)
+
+
+def _closer(matcher: Any, steps: Mapping[int, int], closers: Sequence[bytes], width: int) -> bytes | None:
+    """The admitted closer after which the fewest bytes are admitted: a closer that ends a
+    free-text state (a string's `"`, `</think>`) leaves few, one that is only text there
+    leaves them all. None when none narrows the grammar to at most `_NARROW` bytes."""
+    best: tuple[int, int, bytes] | None = None
+    for text in closers:
+        ids = [steps.get(b) for b in text]
+        if None in ids:
+            continue
+        done = matcher.try_consume_tokens(ids)
+        if done == len(ids):
+            n = 0 if matcher.is_accepting() else _admitted(matcher, width)
+            if best is None or (n, len(text)) < best[:2]:
+                best = (n, len(text), text)
+        if done:
+            matcher.rollback(done)
+    if best is None or best[0] > _NARROW:
+        return None
+    matcher.try_consume_tokens([steps[b] for b in best[2]])
+    return best[2]
+
+
+def _admitted(matcher: Any, width: int) -> int:
+    mask = numpy.zeros(((width + 31) // 32,), dtype=numpy.int32)
+    matcher.unsafe_compute_mask_ptr(mask.ctypes.data, mask.nbytes)
+    return int(numpy.unpackbits(mask.view(numpy.uint8)).sum())
+
+
+def _byte(matcher: Any, steps: Mapping[int, int]) -> bytes | None:
+    for b in _PREFERENCE:
+        token = steps.get(b)
+        if token is not None and matcher.try_consume_tokens([token]) == 1:
+            return bytes([b])
+    return None
+
+
+def format_closers(format: str) -> tuple[bytes, ...]:
+    """The texts that close structures of `format`: JSON's, and the format's closing markers
+    and reasoning close (with and without a newline before them); an unknown format (quick
+    heads' keys) gets JSON's."""
+    fmt = FORMATS.get(format)
+    texts = set(JSON_CLOSERS)
+    if fmt is not None:
+        marks = [v for k, v in fmt.markers.items() if k in _CLOSING_KEYS and isinstance(v, str)]
+        marks += [fmt.reasoning_close] if fmt.reasoning_close else []
+        texts |= {p + m for m in marks for p in ("", "\n")}
+    return tuple(t.encode() for t in texts)
+
+
+def single_byte_tokens(by_bytes: Mapping[bytes, Sequence[int]]) -> dict[int, int]:
+    """byte value -> token id, for the vocabulary's one-byte tokens."""
+    return {data[0]: ids[0] for data, ids in by_bytes.items() if len(data) == 1 and ids}
