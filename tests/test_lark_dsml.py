@@ -110,6 +110,14 @@ TOOLS = [
     _tool("adopt", PET),
     _tool("plant", TREE),
     _tool("ping", {"type": "object", "properties": {}}),
+    _tool(
+        "find",
+        {
+            "type": "object",
+            "properties": {"lang": {"type": "string"}, "q": {"type": "string"}, "max": {"type": "integer"}},
+            "required": ["q"],
+        },
+    ),
 ]
 
 
@@ -216,6 +224,8 @@ FIXED_CALLS = [
     ("adopt", {"owner": "Bob", "kind": "dog", "bark": "yip"}),
     ("plant", {"root": {"v": 1, "kids": [{"v": 2}, {"v": 3, "kids": []}]}}),
     ("ping", {}),
+    ("find", {"q": "x"}),
+    ("find", {"lang": "en", "q": "x", "max": 2}),
 ]
 
 
@@ -304,6 +314,8 @@ def test_the_reference_block_is_admitted_and_near_misses_are_refused(fmt: str) -
     good = block(fmt, invoke("get_weather", WEATHER, ("days", "false", "3")))
     assert accepts(g, good) and accepts(g, "Hi." + good) and accepts(g, "Just text.")
     assert accepts(g, block(fmt, invoke("ping")))
+    assert accepts(g, block(fmt, invoke("find", ("q", "true", "x"), ("max", "false", "2"))))
+    assert not accepts(g, block(fmt, invoke("find", ("lang", "true", "en"))))
     cat = [("owner", "true", "Ann"), ("kind", "true", "cat"), ("lives", "false", "9")]
     dog = [("owner", "true", "Bob"), ("kind", "true", "dog"), ("bark", "true", "woof")]
     assert accepts(g, block(fmt, invoke("adopt", *cat))) and accepts(g, block(fmt, invoke("adopt", *dog)))
@@ -359,13 +371,17 @@ def test_thinking_opens_the_output_inside_reasoning(fmt: str) -> None:
 def test_unenforceable_keywords_are_all_named(fmt: str) -> None:
     params = {
         "type": "object",
-        "properties": {"ip": {"type": "string", "format": "ipv6"}, "n": {"type": "integer"}},
+        "properties": {
+            "ip": {"type": "string", "format": "ipv6"},
+            "word": {"type": "string", "pattern": "^(?=a)[a-z]+$"},
+            "n": {"type": "integer"},
+        },
         "minProperties": 1,
     }
     with pytest.raises(SchemaTooComplexError) as err:
         grammar(fmt, [_tool("t", params)], "required")
     message = str(err.value)
-    assert "properties.ip.format" in message and "minProperties" in message
+    assert all(k in message for k in ("properties.ip.format", "properties.word.pattern", "minProperties")), message
     with pytest.raises(SchemaTooComplexError, match="not"):
         grammar(fmt, [_tool("t", {"type": "object", "properties": {"x": {"not": {"type": "string"}}}})], "required")
 

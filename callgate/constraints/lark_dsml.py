@@ -117,17 +117,25 @@ def _invoke(fmt: ToolCallFormat, tool: ToolSpec, prepared: Mapping[str, Any], b:
 
 def _members(b: Builder, params: Sequence[tuple[str, bool]]) -> str:
     """Parameters in order, one per line, each optional one may be left out; the empty
-    list is the empty line the template writes for a call without arguments."""
+    list is the empty line the template writes for a call without arguments. Built from
+    the last parameter back: `rest` is what may follow once one was written, `first` what
+    may stand first (a rule is added only where a parameter refers to it)."""
     nl = lit("\n")
     rest = first = '""'
-    for param, required in reversed(params):
-        tail = f"{nl} {param} {rest}"
-        head = f"{param} {rest}"
-        rest, first = (
-            b.rule("params_rest", tail if required else f"{tail} | {rest}"),
-            b.rule("params", head if required else f"{head} | {first}"),
-        )
-    return first
+    # what stands first is never past the first required parameter
+    last_first = next((i for i, (_, required) in enumerate(params) if required), len(params))
+    for i in range(len(params) - 1, -1, -1):
+        param, required = params[i]
+        after = _named(b, "params_rest", rest) if i < len(params) - 1 else rest
+        tail, head = f"{nl} {param} {after}", f"{param} {after}"
+        rest = tail if required else f"{tail} | {after}"
+        if i <= last_first:
+            first = head if required else f"{head} | {_named(b, 'params', first)}"
+    return _named(b, "params", first)
+
+
+def _named(b: Builder, stem: str, body: str) -> str:
+    return body if body == '""' else b.rule(stem, body)
 
 
 def _param(

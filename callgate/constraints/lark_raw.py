@@ -12,7 +12,8 @@ with their own exclusions), nor Lark rules.
     kinds(schema, root) -> frozenset[str]               # JSON types it may admit
 
 Where a keyword cannot be enforced on raw text (a `format` llguidance knows but no regex
-here spells, a `pattern` or `minLength` that is not a string / integer) its place is
+here spells, a `pattern` llguidance's regexes cannot read, a bound that is not a
+non-negative integer) its place is
 appended to `bad`; the caller raises one SchemaTooComplexError naming them all.
 Stricter than the schema, never weaker: a `$ref` chain deeper than REF_DEPTH admits no
 string; a `pattern` anchored at one end is anchored for all its alternatives.
@@ -20,9 +21,12 @@ string; a `pattern` anchored at one end is anchored for all its alternatives.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping
 from typing import Any
+
+import llguidance
 
 from callgate.constraints.json_schema import FORMATS as _JSON_FORMATS
 from callgate.constraints.json_schema import at
@@ -75,8 +79,9 @@ def _raw(node: Any, root: Mapping[str, Any], path: str, bad: list[str], depth: i
     parts += length
     pattern = node.get("pattern")
     if pattern is not None:
-        if isinstance(pattern, str):
-            parts.append(pattern_regex(pattern))
+        regex = pattern_regex(pattern) if isinstance(pattern, str) else None
+        if regex is not None and _compiles(regex):
+            parts.append(regex)
         else:
             bad.append(at(path, "pattern"))
     fmt = node.get("format")
@@ -143,6 +148,12 @@ def pattern_regex(pattern: str) -> str:
     if body.endswith("$") and not _escaped_end(body):
         body, tail = body[:-1], ""
     return f"/{_slashed(f'{head}(?:{body}){tail}')}/"
+
+
+@functools.lru_cache(maxsize=1024)
+def _compiles(regex: str) -> bool:
+    """Does llguidance read `regex` (no lookaround, no backreference, ...)?"""
+    return not llguidance.LLMatcher.validate_grammar(f"%llguidance {{}}\nstart: {regex}\n", None)
 
 
 def _escaped_end(body: str) -> bool:
