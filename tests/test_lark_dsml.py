@@ -398,3 +398,32 @@ def test_agent_tools_compile_on_qwen(fmt: str) -> None:
         assert not m.is_error() and m.compute_bitmask() is not None
     text = completion(fmt, tools, [("bash", {"command": "ls -la", "timeout": 5})], thinking=True)
     assert admitted_ids(grammar(fmt, tools, "auto", thinking=True, specials=v.vocab.specials), v, v.encode(text))
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_union_branches_close_as_a_validator_reads_them(fmt: str) -> None:
+    """`unevaluatedProperties: false` at the root sees the branches' keys; a branch's own
+    `additionalProperties: false` forbids the shared ones."""
+    params = {
+        "type": "object",
+        "properties": {"note": {"type": "string"}},
+        "anyOf": [
+            {"properties": {"x": {"type": "integer"}}, "required": ["x"], "additionalProperties": False},
+            {"properties": {"y": {"type": "boolean"}}, "required": ["y"]},
+        ],
+        "unevaluatedProperties": False,
+    }
+    tools = [_tool("u", params)]
+    g = grammar(fmt, tools, "required")
+    texts = {
+        "x alone": block(fmt, invoke("u", ("x", "false", "1"))),
+        "note and y": block(fmt, invoke("u", ("note", "true", "n"), ("y", "false", "true"))),
+        "note and x": block(fmt, invoke("u", ("note", "true", "n"), ("x", "false", "1"))),
+        "x and y": block(fmt, invoke("u", ("x", "false", "1"), ("y", "false", "true"))),
+    }
+    admitted = {k for k, text in texts.items() if accepts(g, text)}
+    assert admitted == {"x alone", "note and y"}
+    validator = jsonschema.Draft202012Validator(params)
+    for kind, text in texts.items():
+        (cand,) = parse(fmt, text + get_format(fmt).eos, tools).candidates
+        assert validator.is_valid(cand.arguments) is (kind in admitted), kind
