@@ -18,6 +18,13 @@ the parser reads a block only after a blank line.
 
 Parameters are written in the schema's order (the order the template renders an
 arguments object built from it), each optional one may be left out.
+
+Known gaps (the parser reports them, the validator never sees a bad call): a JSON string
+nested in a `string="false"` value may hold `</｜DSML｜parameter>` or the EOS text, which
+end the value for the parser (llguidance's `%json` has no way to keep a text out of its
+strings); a marker is written as a special token only where the whole marker is one
+(Builder.marker), so a vocabulary with `｜DSML｜` alone as a special token gets it spelled
+in ordinary tokens.
 """
 
 from __future__ import annotations
