@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -427,3 +428,39 @@ def test_union_branches_close_as_a_validator_reads_them(fmt: str) -> None:
     for kind, text in texts.items():
         (cand,) = parse(fmt, text + get_format(fmt).eos, tools).candidates
         assert validator.is_valid(cand.arguments) is (kind in admitted), kind
+
+
+# ---- the reference decoder's golden verdicts -----------------------------------------
+
+GOLDEN = {"dsml-v3.2": "decode_dsv32.jsonl", "dsml-v4": "decode_dsv4.jsonl"}
+# valid for the reference, outside the grammar by design: raw values never hold the DSML
+# bar, a string is written `string="true"`, JSON is written on one line as json.dumps does
+NARROWED = {"value_contains_invoke_close_text", "false_string_json_string", "pretty_json_value"}
+
+
+def golden_tools(case: dict[str, Any]) -> list[dict[str, Any]]:
+    """Tools whose parameters (any value) are the keys each tool name is written with."""
+    keys: dict[str, list[str]] = {}
+    for name, body in re.findall(
+        r'invoke name="([^"\n]*)">\n(.*?)</\uff5cDSML\uff5cinvoke>', case["completion_text"], re.S
+    ):
+        seen = keys.setdefault(name, [])
+        seen += [k for k in re.findall(r'parameter name="([^"\n]*)"', body) if k not in seen]
+    return [_tool(name, {"type": "object", "properties": {k: {} for k in ks}}) for name, ks in keys.items()]
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_golden_completions_agree_with_the_reference(fmt: str) -> None:
+    lines = (Path("/work/shared/golden/dsml") / GOLDEN[fmt]).read_text().splitlines()
+    refused_valid, admitted_bad = set(), set()
+    for case in map(json.loads, lines):
+        tools = golden_tools(case) or [TOOLS[-2]]
+        g = grammar(fmt, tools, "auto", thinking=case["thinking_mode"] == "thinking")
+        admitted = accepts(g, case["completion_text"].removesuffix(get_format(fmt).eos))
+        short = case["id"].split("_dec_vis_", 1)[1]
+        if case["expected"].get("error"):
+            admitted_bad |= {case["expected"]["reason"]} if admitted else set()
+        elif not admitted:
+            refused_valid.add(short)
+    assert refused_valid == NARROWED
+    assert admitted_bad == {"missing_eos"}  # the end of turn is the engine's, never missing
