@@ -469,3 +469,13 @@ def test_golden_completions_agree_with_the_reference(fmt: str) -> None:
             refused_valid.add(short)
     assert refused_valid == NARROWED
     assert admitted_bad == {"missing_eos"}  # the end of turn is the engine's, never missing
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_tool_no_call_fits_is_refused_by_name(fmt: str) -> None:
+    never = _tool(
+        "never",
+        {"type": "object", "properties": {"x": {"type": "string", "minLength": 5, "maxLength": 2}}, "required": ["x"]},
+    )
+    with pytest.raises(SchemaTooComplexError, match=r"tools\[1\]\.function\.parameters"):
+        grammar(fmt, [TOOLS[0], never], "auto")

@@ -89,11 +89,13 @@ def calls(fmt: ToolCallFormat, tools: Sequence[ToolSpec], *, parallel: bool, b: 
         raise SchemaTooComplexError(
             "schema keywords the DSML grammar cannot enforce: " + ", ".join(bad), param=bad[0].rsplit(".", 1)[0]
         )
-    alive = [i for i in invokes if i is not None]
-    if not alive:
-        path = tool_param(tools[0].index) if tools else "tools"
-        raise SchemaTooComplexError(f"no parameters fit the schema at {path}: the tool cannot be called", param=path)
-    invoke = b.rule("invoke", " | ".join(alive))
+    dead = [tool_param(t.index) for t, i in zip(tools, invokes, strict=True) if i is None]
+    if dead or not tools:
+        where = ", ".join(dead) or "tools"
+        raise SchemaTooComplexError(
+            f"no call fits the schema at {where}: the tool cannot be called", param=dead[0] if dead else "tools"
+        )
+    invoke = b.rule("invoke", " | ".join(i for i in invokes if i is not None))
     nl = lit("\n")
     more = f" ({nl} {invoke})*" if parallel else ""
     assert fmt.call_trigger == m["call_prefix"] + m["block_open"]
