@@ -267,8 +267,8 @@ def test_grammar_samples_parse_cleanly(fmt: str, mode: tuple[str, Any, bool], th
     for i in range(15):
         text = sample(c.grammar, rng, max_bytes=240 + (i % 5) * 60, format=fmt)
         result = parse(fmt, text + f.eos, TOOLS, thinking=bool(thinking))
-        if _numbers_unbounded() and all("number in range" in d.message for d in result.diagnostics):
-            continue  # the known disagreement test_no_number_the_parser_refuses_is_admitted pins down
+        if known_number_range(result):
+            continue
         assert result.diagnostics == (), (text, result.diagnostics)
         if label in ("required", "single", "named"):
             assert result.candidates and not (result.content or "").strip(), text
@@ -293,6 +293,14 @@ def _numbers_unbounded() -> bool:
     c = constraints.build("hermes", HUGE, "required", True, None, byte_vocabulary())
     assert c is not None
     return accepts(c.grammar, '<tool_call>\n{"name": "f", "arguments": {"x": 1e309}}\n</tool_call>')
+
+
+def known_number_range(result: Any) -> bool:
+    """The result's only diagnostics are numbers past the float range, while the grammar still
+    admits them: the known disagreement test_no_number_the_parser_refuses_is_admitted pins
+    down (callers skip such a sample; once it is fixed, this is False and they check it)."""
+    ds = result.diagnostics
+    return bool(ds) and _numbers_unbounded() and all("number in range" in d.message for d in ds)
 
 
 @pytest.mark.xfail(
