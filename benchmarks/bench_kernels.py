@@ -130,7 +130,7 @@ def run(device: str) -> list[dict[str, Any]]:
     return results
 
 
-# --- one ConstrainedBatch step: guide advance + bitmask fill + kernel -------------------
+# --- one ConstrainedBatch step: matcher advance + llguidance bitmask fill + kernel --------
 
 STEP_VOCAB = 128256
 STEPS = 300
@@ -157,27 +157,35 @@ def synthetic_tokens(vocab: int) -> dict[bytes, list[int]]:
 
 @functools.cache
 def synthetic_table() -> Any:
-    from callgate.constraints.processor import TokenTable
+    from callgate.constraints.llg import LlgVocabulary
 
-    return TokenTable.build(synthetic_tokens(STEP_VOCAB), STEP_VOCAB - 1, {})
+    eos = STEP_VOCAB - 1
+    return LlgVocabulary.build(synthetic_tokens(STEP_VOCAB), eos, {eos: "<eos>"}, STEP_VOCAB)
 
 
-def processor_steps(batch: int, steps: int, cache: bool, regex: str = "", device: str = "cpu") -> dict[str, float]:
+def regex_spec(regex: str) -> dict[str, Any]:
+    """extra_args["callgate"] of a grammar that is one regex (as the quick heads send it)."""
+    import llguidance
+
+    grammar = llguidance.LLMatcher.grammar_from_regex(regex)
+    return {"key": f"bench:{regex}", "grammar": grammar, "plain": grammar, "mode": "required", "trigger": None}
+
+
+def processor_steps(batch: int, steps: int, regex: str = "", device: str = "cpu") -> dict[str, float]:
     """Mask-time percentiles of a ConstrainedBatch keeping `batch` rows busy under
     STEP_REGEX for `steps` steps (argmax of random logits; a finished call is replaced by
     a new request in its slot, as in continuous batching). With `device` "cuda" the logits
     live on the GPU: the host bitmask is copied over and Triton masks it (asynchronously;
     the argmax's read-back waits for it, outside the timed span)."""
-    from callgate.constraints.processor import ConstrainedBatch, MaskTimings
+    from callgate.decoding.processor import ConstrainedBatch
+    from callgate.decoding.timings import MaskTimings
 
     class Synthetic(ConstrainedBatch):
         def load_tokens(self) -> Any:
             return synthetic_table()
 
     proc = Synthetic(None, device, device == "cuda")
-    proc.masks.budget_bytes = proc.masks.budget_bytes if cache else 0
-    regex = regex or STEP_REGEX
-    params = SimpleNamespace(extra_args={"callgate": {"key": f"bench:{regex}", "regex": regex}})
+    params = SimpleNamespace(extra_args={"callgate": regex_spec(regex or STEP_REGEX)}, max_tokens=None)
     outputs: list[list[int]] = [[] for _ in range(batch)]
     proc.update_state(Update(added=[(i, params, None, outputs[i]) for i in range(batch)]))
     gen = torch.Generator().manual_seed(SEED)
@@ -229,18 +237,21 @@ def embedded_folder() -> Path | None:
 
 
 def real_vocab_steps(folder: Path, batch: int) -> dict[str, float]:
-    """A scripted model on the real tokenizer writes CALL_TEXT under the lazy hermes grammar
-    (the processor's default tokenizer loader, constraints.build's regex and trigger)."""
+    """A scripted model on the real tokenizer writes CALL_TEXT under the hermes auto grammar
+    (the processor's default tokenizer loader, constraints.build's grammar and trigger)."""
+    import dataclasses
+
     from callgate.constraints import build
-    from callgate.constraints.processor import ConstrainedBatch, MaskTimings
+    from callgate.decoding.processor import ConstrainedBatch
+    from callgate.decoding.timings import MaskTimings
 
     proc = ConstrainedBatch(SimpleNamespace(model_config=SimpleNamespace(tokenizer=str(folder))), "cpu", False)
-    constraint = build("hermes", CALL_TOOLS, "auto", True, None, None)
+    constraint = build("hermes", CALL_TOOLS, "auto", True, None, proc.vocab)
     assert constraint is not None
-    ref = {"key": constraint.key, "regex": constraint.regex, "trigger": constraint.trigger}
-    params = SimpleNamespace(extra_args={"callgate": ref})
-    intended = [*_tokenizer(folder).encode(CALL_TEXT), proc.tokens.vocabulary.eos_token_id]
-    width = proc.tokens.vocabulary.size
+    ref = dataclasses.asdict(constraint.ref())
+    params = SimpleNamespace(extra_args={"callgate": ref}, max_tokens=None)
+    intended = [*_tokenizer(folder).encode(CALL_TEXT), proc.vocab.eos_token_id]
+    width = proc.vocab.size
     outputs: list[list[int]] = [[] for _ in range(batch)]
     proc.update_state(Update(added=[(i, params, None, outputs[i]) for i in range(batch)]))
     gen = torch.Generator().manual_seed(SEED)
@@ -269,11 +280,11 @@ def run_steps(device: str) -> dict[str, dict[str, float]]:
     for label, batch, regex in (
         ("batch1", 1, STEP_REGEX),
         ("batch8", 8, STEP_REGEX),
+        ("batch16", 16, STEP_REGEX),
         ("string_batch1", 1, STRING_REGEX),
     ):
-        for cache in (True, False):
-            summary = processor_steps(batch, STEPS, cache, regex, device)
-            steps[f"{label}_{'state_cache' if cache else 'no_cache'}"] = {k: round(v, 2) for k, v in summary.items()}
+        summary = processor_steps(batch, STEPS, regex, device)
+        steps[label] = {k: round(v, 2) for k, v in summary.items()}
     folder = embedded_folder() if device == "cpu" else None
     for batch in (1, 8) if folder is not None else ():
         assert folder is not None
@@ -284,7 +295,7 @@ def run_steps(device: str) -> dict[str, dict[str, float]]:
 def print_steps(steps: dict[str, dict[str, float]]) -> None:
     print(f"\nConstrainedBatch.apply, {STEP_VOCAB}-token synthetic vocabulary, {STEPS} steps per case;")
     print("batchN: hermes-like call grammar; string: one long free-text JSON string;")
-    print("smollm2_call: the embedded model's tokenizer writing a hermes call under constraints.build's lazy grammar")
+    print("smollm2_call: the embedded model's tokenizer writing a hermes call under constraints.build's auto grammar")
     cols = ("p50_step_us", "mean_step_us", "p99_step_us", "p50_token_us", "p99_token_us")
     print(f"{'case':>26}", " ".join(f"{c:>13}" for c in cols))
     for name, r in steps.items():

@@ -690,7 +690,9 @@ async def main_async(args: Any) -> list[dict[str, Any]]:
     results: list[ConfigResult] = []
     try:
         tok = engine.tokenizer
-        vocab = constraints.token_vocabulary(tok.vocabulary(), tok.eos_token_id)
+        from callgate.serving.tokenizer import special_tokens
+
+        vocab = constraints.vocabulary(tok.vocabulary(), tok.eos_token_id, special_tokens(tok), tok.vocab_size)
         ctx = Context(vocab, Xgrammar(tok.hf, tok.vocab_size), mask_log)
         for system in ("callgate", "vllm"):  # warm-up, not reported
             await run_config(engine, ctx, ConfigResult("hermes", system, "required", args.max_tokens), cases[:2], 2)

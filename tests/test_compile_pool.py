@@ -1,9 +1,8 @@
 """Grammar compiles that overrun their time limit do not break other requests.
 
-The compile pool's rules (compile_pool.py), the size refusal before an Index is built
-(index_size.py), the memory cache's byte bound (cache.py), and the HTTP mapping of a busy
-pool (503). Compiles are real outlines-core compiles; an overrun is a compile held on a
-threading.Event, released at the end of each test.
+The compile pool's rules (compile_pool.py), the grammar cache's bound, llguidance's refusal
+as a 400, and the HTTP mapping of a busy pool (503). Compiles are real llguidance checks; an
+overrun is a compile held on a threading.Event, released at the end of each test.
 """
 
 from __future__ import annotations
@@ -19,16 +18,17 @@ from typing import Any
 import pytest
 
 import callgate.constraints as constraints
-from callgate.constraints import cache, index_size
-from callgate.constraints.cache import IndexCache, TokenVocabulary
+from callgate.constraints import LlgVocabulary
 from callgate.constraints.compile_pool import CompilePool
+from callgate.constraints.llg import matcher
 from callgate.errors import CompilerBusyError, SchemaTooComplexError
 from tests import test_server_app
+from tests.llg_harness import accepts, byte_vocabulary
 from tests.test_agreement import SmolTokenizer, _smol
 from tests.test_server_app import ASK, Limits, make_settings
 
 make_harness = test_server_app.make_harness  # the app harness fixture
-VOCAB = constraints.token_vocabulary({bytes([b]): [b] for b in range(256)}, eos_token_id=256)
+VOCAB = byte_vocabulary()
 
 
 def tool(name: str, optional: int = 1) -> dict[str, Any]:
@@ -38,32 +38,32 @@ def tool(name: str, optional: int = 1) -> dict[str, Any]:
 
 @dataclass
 class Held:
-    """Compiles (or byte passes) of the grammars naming `held_names` wait on `release`."""
+    """Steps (the grammar's build or its llguidance check) of the grammars naming `held_names`
+    wait on `release`; `compiled` lists what the wrapped step was given."""
 
     release: threading.Event = field(default_factory=threading.Event)
     held_names: set[str] = field(default_factory=set)
     compiled: list[str] = field(default_factory=list)
 
     def wrap(self, real: Callable[..., Any]) -> Callable[..., Any]:
-        def held(regex: str, *rest: Any) -> Any:
-            if any(name in regex for name in self.held_names):
+        def held(grammar: Any, *rest: Any) -> Any:
+            text = grammar if isinstance(grammar, str) else repr(grammar)  # a GrammarRequest
+            if any(name in text for name in self.held_names):
                 self.release.wait(30)
-            self.compiled.append(regex)
-            return real(regex, *rest)
+            self.compiled.append(text)
+            return real(grammar, *rest)
 
         return held
 
 
 @pytest.fixture
 async def held(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Held]:
-    """A fresh pool and memory cache; compiles of held grammars wait until the test ends."""
+    """A fresh pool and grammar cache; checks of held grammars wait until the test ends."""
     h = Held()
     pool = CompilePool(workers=2)
-    fresh = IndexCache(disk=None)
     monkeypatch.setattr(constraints, "_POOL", pool)
-    monkeypatch.setattr(constraints, "CACHE", fresh)
-    monkeypatch.setattr(cache, "CACHE", fresh)
-    monkeypatch.setattr(cache, "compile_index", h.wrap(cache.compile_index))
+    monkeypatch.setattr(constraints, "CACHE", constraints._Cache())
+    monkeypatch.setattr(constraints, "check", h.wrap(constraints.check))
     yield h
     h.release.set()
     await drained()  # the workers end before the loop closes
@@ -79,7 +79,7 @@ async def drained() -> None:
     raise AssertionError("the compile pool did not drain")
 
 
-async def build(t: dict[str, Any] | None, timeout_s: float = 30.0, vocab: TokenVocabulary = VOCAB) -> Any:
+async def build(t: dict[str, Any] | None, timeout_s: float = 30.0, vocab: LlgVocabulary = VOCAB) -> Any:
     tools = [t] if t is not None else None
     choice = "required" if t is not None else None
     return await constraints.build_async("hermes", tools, choice, True, None, vocab, timeout_s=timeout_s)
@@ -99,7 +99,7 @@ async def test_plain_and_cached_requests_never_wait_for_overrunning_compiles(hel
     assert constraints._POOL.busy == 2  # both workers still compile
     assert await build(None, timeout_s=0.05) is None
     again = await build(tool("cached"), timeout_s=0.05)
-    assert again is not None and again.index is cached.index
+    assert again is not None and again is cached
 
 
 async def test_a_request_queued_behind_overruns_is_told_the_server_is_busy(held: Held) -> None:
@@ -122,22 +122,23 @@ async def test_an_overrun_lands_in_the_cache_and_a_retry_shares_it(held: Held) -
     assert constraints._POOL.busy == 1
     held.release.set()
     found = await retry
-    assert found is not None and held.compiled.count(found.regex) == 1  # one compile for both requests
+    assert found is not None and held.compiled.count(found.grammar) == 1  # one compile for both requests
 
 
-async def test_a_compile_every_request_gave_up_on_stops_before_its_index(
+async def test_a_compile_every_request_gave_up_on_stops_before_its_check(
     held: Held, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(index_size, "byte_states", held.wrap(index_size.byte_states))
+    monkeypatch.setattr(constraints, "lark_grammar", held.wrap(constraints.lark_grammar))
     held.held_names.add("given_up")
     with pytest.raises(SchemaTooComplexError):
         await build(tool("given_up"), timeout_s=0.05)
     held.release.set()
     await drained()
-    assert len(held.compiled) == 1 and len(constraints.CACHE) == 0  # the byte pass ran, no Index
+    # the grammar text was built (one pass through the held builder), never checked nor cached
+    assert len(held.compiled) == 1 and not constraints.CACHE.entries
 
 
-# ---- the size refusal, on SmolLM2's real vocabulary ----------------------------------------------
+# ---- on SmolLM2's real vocabulary ---------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
@@ -145,55 +146,31 @@ def smol() -> SmolTokenizer:
     return _smol()
 
 
-def test_an_index_too_large_is_refused_before_it_is_built(smol: SmolTokenizer, monkeypatch: pytest.MonkeyPatch) -> None:
-    def never(regex: str, vocabulary: TokenVocabulary) -> Any:
-        raise AssertionError("the Index was compiled")
-
-    monkeypatch.setattr(cache, "compile_index", never)
-    # 30 optional strings: ~30 000 byte states; over 49k tokens an Index of ~15 s and GBs (QA's case is 45)
-    with pytest.raises(SchemaTooComplexError, match=r"grammar of \d+ states, too large") as err:
-        constraints.build("hermes", [tool("wide", 30)], "required", True, None, smol.vocab)
-    assert err.value.param == "tools" and err.value.code == "schema_too_complex"
-
-
-def test_an_ordinary_tool_compiles_over_the_real_vocabulary(smol: SmolTokenizer) -> None:
-    c = constraints.build("hermes", [tool("narrow", 2)], "required", True, None, smol.vocab)
-    assert c is not None and c.index is not None
-    assert index_size.byte_states(c.regex) * smol.vocab.size <= index_size.MAX_INDEX_CELLS
+def test_a_wide_tool_compiles_over_the_real_vocabulary(smol: SmolTokenizer) -> None:
+    """30 optional strings were "a grammar of 30 000 states, too large" for the Index; a
+    grammar is now checked and masked lazily."""
+    c = constraints.build("hermes", [tool("wide", 30)], "required", True, None, smol.vocab)
+    assert c is not None
+    m = matcher(c.grammar, smol.vocab)
+    text = '<tool_call>\n{"name": "wide", "arguments": {"p0": "a", "p29": "z"}}\n</tool_call>'
+    assert all(m.consume_token(t) for t in smol.encode(text)) and m.consume_token(smol.eos), m.get_error()
 
 
-# ---- the memory cache's byte bound -----------------------------------------------------------
+# ---- the grammar cache's bound --------------------------------------------------------------------
 
 
-def test_the_memory_cache_is_bounded_in_bytes() -> None:
-    regexes = ["a{1,40}", "b{1,40}", "c{1,40}"]
-    size = len(cache.index_bytes(cache.compile_index(regexes[0], VOCAB)))
-    bounded = IndexCache(disk=None, max_bytes=2 * size + size // 2)
-    for rx in regexes:
-        bounded.get_or_compile(rx, rx, VOCAB)
-    assert len(bounded) == 2 and bounded.get(regexes[0], VOCAB) is None
-    assert bounded.nbytes == 2 * size <= bounded.max_bytes
-    too_big = IndexCache(disk=None, max_bytes=size - 1)
-    assert too_big.get_or_compile("d", "d{1,40}", VOCAB) is not None and len(too_big) == too_big.nbytes == 0
-
-
-async def test_every_compile_hands_its_freed_memory_back(held: Held, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A compile's transient hundreds of MB (and an evicted Index) go back to the system at
-    its end, also when it is refused: benchmarks/bench_compile_memory.py measures the effect."""
-    trims: list[int] = []
-    monkeypatch.setattr(constraints, "trim_heap", lambda: trims.append(constraints._POOL.busy))
-    assert await build(tool("trimmed")) is not None
-    assert trims == [1]  # in the worker, before its job ends
-    monkeypatch.setattr(index_size, "MAX_INDEX_CELLS", 1)
-    with pytest.raises(SchemaTooComplexError, match="too large"):
-        await build(tool("refused"))
-    assert trims == [1, 1]
-    assert await build(tool("trimmed")) is not None and trims == [1, 1]  # a cache hit compiles nothing
-    cache.trim_heap()  # the real one: glibc's malloc_trim here, a no-op elsewhere; never raises
+def test_the_grammar_cache_is_bounded_and_least_recently_used_first_out() -> None:
+    bounded = constraints._Cache(capacity=2)
+    made = {k: constraints.Constraint(k, k, k, "required", None) for k in "abc"}
+    bounded.put(("v", "a"), made["a"])
+    bounded.put(("v", "b"), made["b"])
+    assert bounded.get(("v", "a")) is made["a"]  # a is now the most recent
+    bounded.put(("v", "c"), made["c"])
+    assert bounded.get(("v", "b")) is None and list(bounded.entries) == [("v", "a"), ("v", "c")]
 
 
 def nested_arrays(depth: int) -> dict[str, Any]:
-    """A tool whose argument nests `depth` bounded arrays: the regex doubles per level."""
+    """A tool whose argument nests `depth` bounded arrays (the old regex doubled per level)."""
     nested: dict[str, Any] = {"type": "string"}
     for _ in range(depth):
         nested = {"type": "array", "items": nested, "maxItems": 2}
@@ -201,44 +178,25 @@ def nested_arrays(depth: int) -> dict[str, Any]:
     return {"type": "function", "function": {"name": "deep", "parameters": params}}
 
 
-@pytest.mark.parametrize("depth", [16, 40])
-def test_a_grammar_doubling_per_level_is_refused_while_it_is_built(depth: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    """16 levels would be 21 MB of regex and minutes of DFA building ("Failed to build DFA"
-    in the end), 40 would not fit in memory: refused at the level that passes the bound."""
+def test_a_grammar_that_doubled_per_level_as_a_regex_compiles() -> None:
+    """40 nested bounded arrays would not fit in memory as a regex; as a grammar they are a
+    few rules, and their texts are the schema's."""
+    c = constraints.build("hermes", [nested_arrays(40)], "required", True, None, VOCAB)
+    assert c is not None
 
-    def never(*args: Any) -> Any:
-        raise AssertionError("compiled")
+    def call(depth: int) -> str:
+        value = "[" * depth + '"a"' + "]" * depth
+        return f'<tool_call>\n{{"name": "deep", "arguments": {{"x": {value}}}}}\n</tool_call>'
 
-    monkeypatch.setattr(index_size, "byte_states", never)
-    with pytest.raises(SchemaTooComplexError, match="makes a grammar of over") as err:
-        constraints.build("hermes", [nested_arrays(depth)], "required", True, None, VOCAB)
-    assert (
-        err.value.code == "schema_too_complex"
-        and err.value.param
-        and err.value.param.startswith("tools[0].function.parameters.properties.x.")
-    )
+    assert accepts(c.grammar, call(40)) and not accepts(c.grammar, call(41))
 
 
-def test_a_whole_grammar_too_long_is_refused_before_its_byte_pass(monkeypatch: pytest.MonkeyPatch) -> None:
-    def never(*args: Any) -> Any:
-        raise AssertionError("byte pass ran")
-
-    monkeypatch.setattr(index_size, "MAX_GRAMMAR_CHARS", 1000)
-    monkeypatch.setattr(index_size, "byte_states", never)
-    with pytest.raises(SchemaTooComplexError, match="characters, too large to compile") as err:
-        constraints.build("hermes", [tool("long", 8)], "required", True, None, VOCAB)
-    assert err.value.param == "tools"
-
-
-def test_a_grammar_outlines_cannot_build_is_a_400(monkeypatch: pytest.MonkeyPatch) -> None:
-    """What outlines-core raises building a DFA (ValueError) is the request's 400, not a 500."""
-
-    def fails(regex: str, *rest: Any) -> Any:
-        raise ValueError("Failed to build DFA number of DFA states exceeds limit")
-
-    monkeypatch.setattr(cache, "compile_index", fails)
+def test_a_grammar_llguidance_cannot_build_is_a_400() -> None:
+    """What llguidance refuses (here a `pattern` that is no regex) is the request's 400, not a 500."""
+    bad = {"type": "object", "properties": {"code": {"type": "string", "pattern": "(unclosed"}}}
+    t = {"type": "function", "function": {"name": "unbuildable", "parameters": bad}}
     with pytest.raises(SchemaTooComplexError, match="cannot be built") as err:
-        constraints.build("hermes", [tool("unbuildable")], "required", True, None, VOCAB)
+        constraints.build("hermes", [t], "required", True, None, VOCAB)
     assert err.value.param == "tools" and err.value.code == "schema_too_complex"
 
 
@@ -247,7 +205,7 @@ class _Result:
 
 
 async def test_a_finished_compile_is_freed_without_the_cyclic_gc() -> None:
-    """The pool keeps no cycle through a job's future: an Index of hundreds of MB is freed as
+    """The pool keeps no cycle through a job's future: a compiled result is freed as
     soon as its requests are done with it, not at a rare gen-2 collection."""
     pool = CompilePool(workers=1)
     refs: list[weakref.ref[_Result]] = []

@@ -9,6 +9,8 @@ from typing import Any
 
 import pytest
 
+from callgate.constraints import ConstraintRef
+from callgate.decoding.processor import row_spec
 from callgate.errors import InvalidRequestError
 from callgate.serving import vllm_engine
 from callgate.serving.engine import EngineConfig, GenerationRequest, SamplingParams, TokenDelta
@@ -95,27 +97,29 @@ async def test_nothing_is_read_after_the_finished_output() -> None:
     assert stream.consumed == 1
 
 
-@dataclass(frozen=True)
-class Ref:
-    key: str
-    regex: str
-    mode: str
-    trigger: str | None = None
-
-
 class PlainRef:
     key = "k"
-    regex = "a+"
+    grammar = "start: /a+/"
 
 
 def test_constraint_args_carry_every_field_of_the_ref() -> None:
-    assert vllm_engine.constraint_args(Ref("k", "a+", "auto", "<tool_call>")) == {
+    ref = ConstraintRef("k", "start: /a+/", "start: /a+/", "auto", "<tool_call>")
+    assert vllm_engine.constraint_args(ref) == {
         "key": "k",
-        "regex": "a+",
+        "grammar": "start: /a+/",
+        "plain": "start: /a+/",
         "mode": "auto",
         "trigger": "<tool_call>",
+        "budget_closing": True,
     }
-    assert vllm_engine.constraint_args(PlainRef()) == {"key": "k", "regex": "a+"}
+    assert vllm_engine.constraint_args(PlainRef()) == {"key": "k", "grammar": "start: /a+/"}  # type: ignore[arg-type]
+    spec = row_spec({"callgate": vllm_engine.constraint_args(ref)})  # what the processor reads back
+    assert spec is not None and (spec.key, spec.grammar, spec.trigger, spec.needs_call) == (
+        "k",
+        "start: /a+/",
+        "<tool_call>",
+        False,
+    )
 
 
 def test_engine_arguments_pass_config_through() -> None:
@@ -142,8 +146,9 @@ def test_environment_from_config() -> None:
 @pytest.mark.slow
 def test_logits_processor_adapter_is_a_vllm_processor_and_pickles_by_name() -> None:
     pytest.importorskip("vllm")
-    from callgate.constraints.processor import ConstrainedBatch
     from vllm.v1.sample.logits_processor import LogitsProcessor
+
+    from callgate.decoding.processor import ConstrainedBatch
 
     cls: Any = vllm_engine.CallgateLogitsProcessor
     assert issubclass(cls, LogitsProcessor) and issubclass(cls, ConstrainedBatch)

@@ -3,19 +3,13 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import torch
 
 from callgate.constraints.step_log import ENV_VAR, StepLog, StepRecord, read_step_log
-from tests.test_processor import VOCAB, Params, TinyBatch, Update, constrained
-
-
-@dataclass
-class BudgetParams(Params):
-    max_tokens: int | None = None
+from tests.test_decoding_processor import WIDTH, ByteBatch, Update, lark, params
 
 
 def test_records_round_trip_in_blocks(tmp_path: Path) -> None:
@@ -75,14 +69,14 @@ def test_the_environment_variable_turns_it_on() -> None:
 def test_the_processor_logs_each_masked_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "mask.log"
     monkeypatch.setenv(ENV_VAR, str(path))
-    batch = TinyBatch(None, "cpu", False)
+    batch = ByteBatch(None, "cpu", False)
     out: list[int] = []
-    batch.update_state(Update(2, added=[(0, constrained("a+b"), None, out), (1, Params(), None, [])]))
-    for token in (0, 0, 1):
-        batch.apply(torch.zeros(2, VOCAB))
+    batch.update_state(Update(added=[(0, params(lark("/a+b/", "ab")), None, out), (1, params(None), None, [])]))
+    for token in b"aab":
+        batch.apply(torch.zeros(2, WIDTH))
         out.append(token)
-    batch.update_state(Update(2, removed=[0]))
-    batch.apply(torch.zeros(2, VOCAB))  # nothing constrained: no record
+    batch.update_state(Update(removed=[0]))
+    batch.apply(torch.zeros(2, WIDTH))  # nothing constrained: no record
     assert batch.step_log is not None
     batch.step_log.close()
     records = read_step_log(path)
@@ -93,12 +87,12 @@ def test_the_processor_logs_each_masked_step(tmp_path: Path, monkeypatch: pytest
 def test_time_in_budget_closing_is_logged(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "mask.log"
     monkeypatch.setenv(ENV_VAR, str(path))
-    batch = TinyBatch(None, "cpu", False)
-    spec = constrained("a+b").extra_args
-    batch.update_state(Update(1, added=[(0, BudgetParams(spec, max_tokens=3), None, [0])]))
-    logits = batch.apply(torch.zeros(1, VOCAB))
-    # 2 left: "b" or "ab" then EOS; another "a" could not end in time
-    assert set(torch.isfinite(logits[0]).nonzero().flatten().tolist()) == {1, 10}
+    batch = ByteBatch(None, "cpu", False)
+    spec = lark('"{" /a*/ "}"', "braced")
+    batch.update_state(Update(added=[(0, params(spec, max_tokens=3), None, [ord("{")])]))
+    logits = batch.apply(torch.zeros(1, WIDTH))
+    # 2 left: the row follows its closing plan, "}" then EOS
+    assert set(torch.isfinite(logits[0]).nonzero().flatten().tolist()) == {ord("}")}
     assert batch.step_log is not None
     batch.step_log.close()
     (record,) = read_step_log(path)

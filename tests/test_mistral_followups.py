@@ -9,8 +9,7 @@
    start.
 2. A tool without `parameters` is any object, under mistral as under every other format.
 
-Sizes, not seconds: the regexes' length and the Indexes' state counts (over a byte
-vocabulary) stand for the compile cost, which grows with them.
+The grammars are llguidance's, judged over a byte vocabulary (tests/llg_harness.py).
 """
 
 from __future__ import annotations
@@ -23,8 +22,6 @@ import pytest
 
 import callgate.constraints as constraints
 from callgate.constraints import json_calls
-from callgate.constraints.cache import compile_index
-from callgate.constraints.grammar import free_text
 from callgate.constraints.request import grammar_request
 from callgate.constraints.text import collapse_numbered
 from callgate.errors import CompilerBusyError
@@ -34,10 +31,11 @@ from callgate.serving.app import create_app
 from callgate.serving.fake_engine import FakeEngine
 from callgate.serving.settings import Limits
 from callgate.templates import render
+from tests.llg_harness import accepts, byte_vocabulary
 from tests.test_compile_pool import Held, held, make_harness  # noqa: F401 - fixtures
 from tests.test_server_app import ASK, make_settings
 
-VOCAB = constraints.token_vocabulary({bytes([b]): [b] for b in range(256)}, eos_token_id=256)
+VOCAB = byte_vocabulary()
 WEATHER = {
     "type": "function",
     "function": {
@@ -47,38 +45,25 @@ WEATHER = {
 }
 
 
-def none_grammar(fmt: str) -> str:
-    req = grammar_request(fmt, [WEATHER], "none", True, None)
-    assert req is not None
-    return constraints.build_regex(req).regex
+def grammar(fmt: str, choice: str) -> str:
+    c = constraints.build(fmt, [WEATHER], choice, True, None, VOCAB)
+    assert c is not None
+    return c.grammar
 
 
 @pytest.fixture(scope="module")
-def mistral_none() -> Any:
-    return compile_index(none_grammar("mistral"), VOCAB)
+def mistral_none() -> str:
+    return grammar("mistral", "none")
 
 
-def accepts(index: Any, text: str) -> bool:
-    state = index.get_initial_state()
-    for b in text.encode():
-        if b not in index.get_allowed_tokens(state):
-            return False
-        state = index.get_next_state(state, b)
-    return bool(index.is_final_state(state))
+# ---- 1. the content grammar ------------------------------------------------------------------------
 
 
-# ---- 1. the content grammar's size -----------------------------------------------------------------
-
-
-@pytest.mark.parametrize(("fmt", "bound"), [("mistral", 12_000), ("llama3-json", 10_000)])
-def test_reserved_token_runs_cost_one_prefix_in_the_content_regex(fmt: str, bound: int) -> None:
-    # before: mistral 55 949 characters (980 <SPECIAL_n> literals), llama3-json 30 390 (248 reserved)
-    assert len(json_calls.content(get_format(fmt))) < bound
-
-
-def test_the_mistral_none_index_is_a_few_hundred_states(mistral_none: Any) -> None:
-    # before: 2 301 states over SmolLM2's 49k tokens (4-12 s to compile); now about as many as hermes'
-    assert len(mistral_none.get_transitions()) < 600
+@pytest.mark.parametrize(("fmt", "bound"), [("mistral", 40), ("llama3-json", 40)])
+def test_reserved_token_runs_are_kept_out_by_their_prefix(fmt: str, bound: int) -> None:
+    # before GRAMMAR_VERSION 9: mistral 980 <SPECIAL_n> literals, llama3-json 248 reserved tokens
+    markers = json_calls.content_markers(get_format(fmt))
+    assert len(markers) < bound and any(m.endswith("_") for m in markers)
 
 
 def test_collapse_numbered_keeps_short_prefixes_small_runs_and_order() -> None:
@@ -96,26 +81,22 @@ ADMITTED = ["Hi", "<SPECIAL", "a <SPECIAL-20>", "<special_20>", "[INST", "<s", "
 
 
 @pytest.mark.parametrize("text", REFUSED)
-def test_the_none_grammar_keeps_every_special_token_out(mistral_none: Any, text: str) -> None:
+def test_the_none_grammar_keeps_every_special_token_out(mistral_none: str, text: str) -> None:
     assert not accepts(mistral_none, text)
 
 
 @pytest.mark.parametrize("text", ADMITTED)
-def test_what_the_none_grammar_admits_parses_as_plain_content(mistral_none: Any, text: str) -> None:
+def test_what_the_none_grammar_admits_parses_as_plain_content(mistral_none: str, text: str) -> None:
     assert accepts(mistral_none, text)
     result = parse("mistral", text + get_format("mistral").eos)
     assert result.diagnostics == () and result.content == text
 
 
-def test_a_lazy_rows_free_text_keeps_the_same_prefix_out() -> None:
-    fmt = get_format("mistral")
-    rules = free_text("mistral", fmt.call_trigger.encode())
-    state: Any = rules.start()
-    for piece in (b"Hi ", b"<SPECIAL", b"-"):
-        state = rules.step(state, piece)
-        assert state is not None
-    walked = rules.step(rules.start(), b"Hi ")
-    assert walked is not None and rules.step(walked, b"<SPECIAL_") is None
+def test_content_before_an_auto_call_keeps_the_same_prefix_out() -> None:
+    auto = grammar("mistral", "auto")
+    call = '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Oslo"}, "id": "abcDEF123"}]'
+    assert accepts(auto, "Hi <SPECIAL-") and accepts(auto, "Hi <SPECIAL-" + call)
+    assert not accepts(auto, "Hi <SPECIAL_20>") and not accepts(auto, "Hi <SPECIAL_" + call)
 
 
 # ---- 1. a schema-free grammar that overruns is a retryable 503 -------------------------------------
@@ -138,7 +119,7 @@ async def test_an_overrun_of_the_none_grammar_is_busy_not_too_complex(held: Held
     await asyncio.sleep(0.1)  # past the first request's 0.05 s
     held.release.set()
     found = await retry
-    assert found is not None and held.compiled.count(found.regex) == 1
+    assert found is not None and held.compiled.count(found.grammar) == 1
 
 
 async def test_http_none_overrun_is_503_with_retry_after(held: Held, make_harness: Any) -> None:  # noqa: F811
@@ -156,12 +137,12 @@ async def test_the_server_warms_the_none_grammar_at_start(held: Held) -> None:  
     app = create_app(make_settings(format="mistral"), engine=FakeEngine(replies=[]))
     async with app.router.lifespan_context(app):
         for _ in range(3000):
-            if len(constraints.CACHE):
+            if constraints.CACHE.entries:
                 break
             await asyncio.sleep(0.01)
-    assert held.compiled == [none_grammar("mistral")]
     key = grammar_request("mistral", [WEATHER], "none", None, None)
-    assert key is not None and constraints.CACHE.get(key.key(), VOCAB) is not None
+    assert key is not None and [slot[1] for slot in constraints.CACHE.entries] == [key.key()]
+    assert len(held.compiled) == 1 and "start:" in held.compiled[0]  # its one llguidance check
 
 
 # ---- 2. a tool without parameters ------------------------------------------------------------------

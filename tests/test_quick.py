@@ -9,13 +9,13 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import outlines_core
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from callgate import templates
-from callgate.constraints import token_vocabulary
+from callgate.constraints import vocabulary
+from callgate.constraints.llg import matcher
 from callgate.errors import InvalidRequestError
 from callgate.formats import FORMATS, get_format
 from callgate.serving.engine import GenerationRequest
@@ -29,11 +29,13 @@ from callgate.serving.quick_heads import (
     decode,
     first_line,
     head_choice,
+    head_constraint,
     head_max_tokens,
     head_prompt,
     head_regex,
     urls_in,
 )
+from tests.llg_harness import allowed_bytes
 
 TASKS = tuple(HEADS)
 QUICK_FORMATS = tuple(name for name, f in FORMATS.items() if f.quick_tasks)
@@ -165,29 +167,29 @@ def test_text_heads_are_unconstrained_but_bounded(task: str) -> None:
     assert 0 < head_max_tokens(task, ()) <= 64
 
 
-def test_a_head_grammar_compiles_with_outlines_core_and_ends_after_the_label() -> None:
+def test_a_head_grammar_compiles_with_llguidance_and_ends_after_the_label() -> None:
     tok = FakeTokenizer()
-    vocab = token_vocabulary(tok.vocabulary(), tok.eos_token_id)
+    vocab = vocabulary(tok.vocabulary(), tok.eos_token_id)
     regex = head_regex("authority", DEFAULT_LABELS, ())
     assert regex is not None
-    guide = outlines_core.Guide(outlines_core.Index(regex, vocab.inner))
+    m = matcher(head_constraint(regex).grammar, vocab)
     for b in b"Medium":
-        assert b in guide.get_tokens()
-        guide.advance(b)
-    assert guide.get_tokens() == [tok.eos_token_id]
+        assert b in allowed_bytes(m)
+        assert m.consume_token(b)
+    assert allowed_bytes(m) == [tok.eos_token_id]
 
 
 def test_a_label_that_extends_another_can_still_be_written() -> None:
     tok = FakeTokenizer()
-    vocab = token_vocabulary(tok.vocabulary(), tok.eos_token_id)
+    vocab = vocabulary(tok.vocabulary(), tok.eos_token_id)
     regex = head_regex("domain", {"domain": ("Law", "Lawyer")}, ())
     assert regex is not None
     for word in (b"Law", b"Lawyer"):
-        guide = outlines_core.Guide(outlines_core.Index(regex, vocab.inner))
+        m = matcher(head_constraint(regex).grammar, vocab)
         for b in word:
-            assert b in guide.get_tokens(), (word, b)
-            guide.advance(b)
-        assert tok.eos_token_id in guide.get_tokens()
+            assert b in allowed_bytes(m), (word, b)
+            assert m.consume_token(b)
+        assert tok.eos_token_id in allowed_bytes(m)
 
 
 def test_read_url_bound_covers_its_lines() -> None:
@@ -325,10 +327,10 @@ async def test_heads_are_greedy_constrained_where_categorical_and_bounded() -> N
         assert req.sampling.temperature == 0.0
         if task == "read_url":
             assert req.sampling.max_tokens == 2 and req.constraint is not None
-            assert req.constraint.regex == " (?:yes|no)"
+            assert req.constraint.grammar == head_constraint(" (?:yes|no)").grammar
             continue
         regex = head_regex(task, DEFAULT_LABELS, urls)
-        assert (req.constraint.regex if req.constraint else None) == regex
+        assert (req.constraint.grammar if req.constraint else None) == (regex and head_constraint(regex).grammar)
         if task in ("action", "authority", "domain"):  # stopped in the engine once decided
             assert req.sampling.max_tokens == head_choice(task, DEFAULT_LABELS).deciding_bytes()
             assert dataclasses.asdict(req.constraint)["budget_closing"] is False  # type: ignore[call-overload]
@@ -389,7 +391,7 @@ async def test_request_labels_override_the_server_set() -> None:
     labels = {"domain": ("technology", "cooking")}
     result = await QuickService(engine, "hermes").run(Conversation(tuple(CHAT)), ["domain"], labels=labels)
     assert result.results() == {"domain": "technology"}
-    assert engine.requests[0].constraint is not None and "ooking" in engine.requests[0].constraint.regex
+    assert engine.requests[0].constraint is not None and "ooking" in engine.requests[0].constraint.grammar
 
 
 async def test_read_url_without_urls_generates_nothing() -> None:

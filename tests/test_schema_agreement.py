@@ -1,12 +1,12 @@
 """Grammar, strict parser and schema agree where QA found them apart.
 
-Grammars are compiled by outlines-core over a byte vocabulary and calls are read by the
-real parsers:
+Grammars are llguidance's over a byte vocabulary (a family not written yet skips), calls
+are read by the real parsers:
 
-* numbers: every number the grammar's NUMBER / INTEGER regex matches (sampled from the
-  regex, and from random walks over compiled grammars) is one the strict parsers hold
-  (json_scan, qwen3_xml_values); at the edges (1e308, 1e309, -0, 1E+05, leading zeros,
-  long digit runs) the grammar writes a subset of what the parsers hold;
+* numbers: at the edges (1e308, 1e309, -0, 1E+05, leading zeros, long digit runs) the
+  grammar writes what the parsers hold (numbers past the float range: a strict xfail), and
+  random texts of a numeric grammar parse into valid arguments; the baseline regex's
+  NUMBER / INTEGER (bench_compile's outlines-core grammars) write a subset of it;
 * a qwen3-xml parameter given by `$ref` is read by its target's type, as the grammar
   writes it (an object is an object, not its JSON text);
 * a `type` beside `anyOf` / `oneOf` / `allOf` / `enum` / `const` applies together with
@@ -40,6 +40,7 @@ from callgate.serving.app import create_app
 from callgate.serving.fake_engine import FakeEngine
 from callgate.serving.validation import JsonSchemaValidator
 from tests.harness import assistant_completion, openai_tool_calls
+from tests.test_agreement import known_number_range, require_family
 from tests.test_server_app import MODEL, make_settings
 from tests.test_strict_grammar import ByteSampler, accepts, byte_vocabulary
 
@@ -57,7 +58,7 @@ def json_scanned(text: str) -> bool:
 
 @given(text=st.from_regex(re.compile(NUMBER), fullmatch=True))
 @settings(max_examples=300, deadline=None)
-def test_every_number_the_grammar_writes_the_parsers_hold(text: str) -> None:
+def test_every_number_the_baseline_regex_writes_the_parsers_hold(text: str) -> None:
     assert json_scanned(text), text
     typed = decode(text, ("number",))
     assert typed.error is None and math.isfinite(typed.value), text
@@ -65,7 +66,7 @@ def test_every_number_the_grammar_writes_the_parsers_hold(text: str) -> None:
 
 @given(text=st.from_regex(re.compile(INTEGER), fullmatch=True))
 @settings(max_examples=200, deadline=None)
-def test_every_integer_the_grammar_writes_the_parsers_hold(text: str) -> None:
+def test_every_integer_the_baseline_regex_writes_the_parsers_hold(text: str) -> None:
     assert json_scanned(text), text
     assert decode(text, ("integer",)).value == int(text), text
 
@@ -89,8 +90,9 @@ def tools(parameters: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 @cache
 def compiled(fmt: str, parameters_json: str) -> constraints.Constraint:
+    require_family(fmt)
     c = constraints.build(fmt, tools(json.loads(parameters_json)), "required", False, None, byte_vocabulary())
-    assert c is not None and c.index is not None
+    assert c is not None
     return c
 
 
@@ -113,7 +115,7 @@ def parsed(fmt: str, parameters: Mapping[str, Any], text: str) -> Any:
     return candidate.arguments
 
 
-# (number, the grammar writes it, the parsers hold it): the first never without the second
+# (number, the baseline regex writes it, the parsers hold it): the first never without the second
 EDGES = [
     ("1e307", True, True),
     ("1e308", False, True),
@@ -140,28 +142,47 @@ EDGES = [
 ]
 
 
+EDGE_IDS = [e[0] if len(e[0]) < 12 else f"{e[0][:4]}..{len(e[0])}" for e in EDGES]
+PAST_FLOATS = {"1e309", "1e999999", "-1e400", "1" + "0" * 400 + ".0", "9" * 5000}
+UNBOUNDED = pytest.mark.xfail(
+    strict=True, reason="llguidance's %json numbers are unbounded: see test_agreement's number-range xfail"
+)
+
+
 @pytest.mark.parametrize("fmt", ["hermes", "qwen3-xml"])
 @pytest.mark.parametrize(
-    ("number", "written", "held"), EDGES, ids=[e[0] if len(e[0]) < 12 else f"{e[0][:4]}..{len(e[0])}" for e in EDGES]
+    ("number", "held"),
+    [
+        pytest.param(n, h, marks=[UNBOUNDED] if n in PAST_FLOATS else [], id=i)
+        for (n, _, h), i in zip(EDGES, EDGE_IDS, strict=True)
+    ],
 )
-def test_number_edges(fmt: str, number: str, written: bool, held: bool) -> None:
+def test_number_edges(fmt: str, number: str, held: bool) -> None:
+    """The grammar writes exactly the numbers the parsers hold."""
     c = compiled(fmt, json.dumps(ONE_NUMBER))
     text = call_text(fmt, ONE_NUMBER, {"v": "@@"}, number)
-    assert accepts(c, text) == written
-    assert (re.fullmatch(NUMBER, number) is not None) == written
-    assert json_scanned(number) == held
-    assert (decode(number, ("number",)).error is None) == held
+    assert accepts(c, text) == held
     arguments = parsed(fmt, ONE_NUMBER, text)
     assert (arguments is not None) == held, arguments
     if held:
         assert arguments["v"] == json.loads(number)
 
 
+@pytest.mark.parametrize(("number", "written", "held"), EDGES, ids=EDGE_IDS)
+def test_number_edges_of_the_baseline_regex(number: str, written: bool, held: bool) -> None:
+    assert (re.fullmatch(NUMBER, number) is not None) == written
+    assert written <= held
+    assert json_scanned(number) == held
+    assert (decode(number, ("number",)).error is None) == held
+
+
 @pytest.mark.parametrize("fmt", ["hermes", "qwen3-xml", "dsml-v4"])
 def test_walks_over_a_numeric_grammar_parse_and_validate(fmt: str) -> None:
-    sampler = ByteSampler(compiled(fmt, json.dumps(NUMBER_TOOL)).index, seed=5)
+    sampler = ByteSampler(compiled(fmt, json.dumps(NUMBER_TOOL)).grammar, seed=5, format=fmt)
     for i in range(60):
         text = sampler.sample(budget=30 + (i % 6) * 40)
+        if known_number_range(parse(fmt, text + get_format(fmt).eos, tools(NUMBER_TOOL))):
+            continue
         arguments = parsed(fmt, NUMBER_TOOL, text)
         assert arguments is not None, text
         assert JsonSchemaValidator().errors(NUMBER_TOOL, arguments, strict=False) == [], (text, arguments)
@@ -206,7 +227,7 @@ def test_a_ref_parameter_is_read_by_its_target_type() -> None:
 
 
 def test_walks_over_a_ref_grammar_parse_and_validate() -> None:
-    sampler = ByteSampler(compiled("qwen3-xml", json.dumps(REF_TOOL)).index, seed=9)
+    sampler = ByteSampler(compiled("qwen3-xml", json.dumps(REF_TOOL)).grammar, seed=9, format="qwen3-xml")
     for i in range(40):
         text = sampler.sample(budget=30 + (i % 6) * 40)
         arguments = parsed("qwen3-xml", REF_TOOL, text)
@@ -230,18 +251,49 @@ TYPED_COMBINATORS = [
 VALUES = [1, 2, 7, 2.5, -3, "a", "abcd", "", None, True, False, {}, {"a": "x"}, {"a": 1}, [], [1], [1, 2]]
 
 
-@pytest.mark.parametrize("schema", TYPED_COMBINATORS, ids=[json.dumps(s) for s in TYPED_COMBINATORS])
-def test_type_beside_a_combinator_applies_both(schema: dict[str, Any]) -> None:
+def _typed_cases() -> list[Any]:
+    cases: list[Any] = []
+    for schema in TYPED_COMBINATORS:
+        label = json.dumps(schema)
+        for engine in ("llguidance", "baseline-regex"):
+            marks = []
+            if engine == "llguidance" and schema.get("enum") == [1, "a", None, 2.5, True]:
+                marks = [
+                    pytest.mark.xfail(
+                        strict=True,
+                        reason="llguidance 1.7.6 cannot build {type: [integer, null], enum: [1, 'a', null, 2.5, "
+                        "true]} ('Failed to generate regex for integer range: min=3, max=2'): a 400 for a "
+                        "satisfiable schema (1 and null are valid)",
+                    )
+                ]
+            cases.append(pytest.param(schema, engine, marks=marks, id=f"{engine}-{label}"))
+    return cases
+
+
+@pytest.mark.parametrize(("schema", "engine"), _typed_cases())
+def test_type_beside_a_combinator_applies_both(schema: dict[str, Any], engine: str) -> None:
     wrapped = {"type": "object", "properties": {"v": schema}, "required": ["v"]}
     validator = Draft202012Validator(wrapped)
     try:
-        rx = schema_regex(wrapped)
+        if engine == "llguidance":
+            rf = {"type": "json_schema", "json_schema": {"name": "r", "schema": wrapped}}
+            c = constraints.build("hermes", None, None, None, rf, byte_vocabulary())
+            assert c is not None
+            grammar = c.grammar
+
+            def admits(text: str) -> bool:
+                return accepts(grammar, text)
+        else:
+            rx = schema_regex(wrapped)
+
+            def admits(text: str) -> bool:
+                return re.fullmatch(rx, text) is not None
     except SchemaTooComplexError:  # the schema admits no value: nothing may be written
         assert not any(validator.is_valid({"v": v}) for v in VALUES), schema
         return
     for value in VALUES:
         text = json.dumps({"v": value})
-        assert (re.fullmatch(rx, text) is not None) == validator.is_valid({"v": value}), (text, schema)
+        assert admits(text) == validator.is_valid({"v": value}), (text, schema)
 
 
 # qwen3-xml writes a value raw or as JSON by the declared type, DSML by its `string` flag:
@@ -275,17 +327,19 @@ def test_type_beside_a_combinator_in_raw_value_formats(fmt: str) -> None:
 
 BAD = {
     "type": "object",
-    "properties": {"x": {"anyOf": [{"type": "string"}, {"type": "integer", "minimum": 0}]}},
+    "properties": {"x": {"anyOf": [{"type": "string"}, {"type": "array", "uniqueItems": True}]}},
 }
 
 
 @pytest.mark.parametrize("fmt", ["hermes", "qwen3-xml", "dsml-v4"])
 def test_a_refusal_names_its_place_as_an_openai_param(fmt: str) -> None:
+    require_family(fmt)
     with pytest.raises(SchemaTooComplexError) as err:
         constraints.build(fmt, tools(BAD), "required", False, None, None)
     place = "tools[0].function.parameters.properties.x.anyOf[1]"
     assert err.value.param == place
-    assert err.value.message.startswith(f"schema keyword 'minimum' at {place} "), err.value.message
+    prefix = f"schema keywords the grammar cannot enforce: {place}.uniqueItems "
+    assert err.value.message.startswith(prefix), err.value.message
 
 
 @pytest.mark.parametrize("choice", ["required", "named"])
@@ -320,10 +374,11 @@ NO_STRING = {"type": "string", "minLength": 5, "maxLength": 3}
 
 @pytest.mark.parametrize("fmt", ["hermes", "qwen3-xml", "dsml-v4"])
 def test_a_required_string_no_length_fits_is_a_clear_refusal(fmt: str) -> None:
+    require_family(fmt)
     params = {"type": "object", "properties": {"a": NO_STRING}, "required": ["a"]}
-    with pytest.raises(SchemaTooComplexError, match="admits no") as err:
+    with pytest.raises(SchemaTooComplexError, match="unsatisfiable") as err:
         constraints.build(fmt, tools(params), "required", False, None, byte_vocabulary())
-    assert "$ref" not in err.value.message.split("(")[0] and "Failed to build DFA" not in err.value.message
+    assert "'a'" in err.value.message and err.value.param == "tools"
 
 
 @pytest.mark.parametrize("fmt", ["hermes", "qwen3-xml", "dsml-v4"])

@@ -451,7 +451,7 @@ async def test_constraint_travels_with_the_generation_request(make_harness: Any)
     await h.post({"messages": ASK})
     required, named, plain = (r.constraint for r in h.engine.requests)
     assert required is not None and named is not None and plain is None
-    assert required.key != named.key and "get_weather" in named.regex
+    assert required.key != named.key and "get_weather" in named.grammar
     off = make_harness([reply], settings=make_settings(constrained=False))
     body = (await off.post({"messages": ASK, "tools": [WEATHER], "tool_choice": "required"})).json()
     assert off.engine.requests[0].constraint is None and body["callgate"]["constrained"] is False
@@ -520,4 +520,4 @@ async def test_response_format_is_constrained(make_harness: Any) -> None:
     resp = await h.post({"messages": ASK, "response_format": fmt})
     assert resp.status_code == 200 and resp.json()["choices"][0]["message"]["content"] == '{"city": "Oslo"}'
     [sent] = h.engine.requests
-    assert sent.constraint is not None and "city" in sent.constraint.regex
+    assert sent.constraint is not None and "city" in sent.constraint.grammar

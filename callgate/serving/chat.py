@@ -107,9 +107,9 @@ class ChatService:
         self._vocabulary: dict[bytes, list[int]] | None = None
         self._specials: dict[int, str] = {}
         opening = get_format(settings.format).reasoning_open
-        self.reasons = (
-            settings.reasoning if settings.reasoning is not None else writes_reasoning(engine.tokenizer, opening)
-        )
+        # a format without a reasoning block has nothing to keep out (its grammar key unchanged)
+        known = settings.reasoning if settings.reasoning is not None else writes_reasoning(engine.tokenizer, opening)
+        self.reasons = known or opening is None
         self.quick = QuickService(engine, settings.format, QuickConfig(constrained=settings.constrained))
 
     # ---- entry points -----------------------------------------------------------------

@@ -1,0 +1,326 @@
+"""callgate.decoding.processor.ConstrainedBatch driven as vLLM drives it, over a byte vocabulary.
+
+Batch updates are vLLM v1's shapes (removed, then added with a live output list, then moved
+with a direction), the logits random or zeros; every grammar is a real llguidance grammar
+(callgate.constraints.build or a Lark text), every output is judged by the real parser.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import torch
+
+import callgate.constraints as constraints
+from callgate.constraints.llg import matcher
+from callgate.decoding.closing import closing_plan, format_closers
+from callgate.decoding.processor import ConstrainedBatch
+from callgate.decoding.timings import STEP_TIMINGS
+from callgate.formats import get_format
+from callgate.parsers import parse
+from tests.llg_harness import EOS, byte_vocabulary, consume_text
+
+V = byte_vocabulary()
+WIDTH = 257
+WEATHER = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+        },
+    }
+]
+TIME = {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object", "properties": {}}}}
+NAMED = {"type": "function", "function": {"name": "get_weather"}}
+
+
+class ByteBatch(ConstrainedBatch):
+    def load_tokens(self) -> Any:
+        return V
+
+
+@dataclass
+class Update:
+    removed: list[int] = field(default_factory=list)
+    added: list[tuple[int, Any, list[int] | None, list[int]]] = field(default_factory=list)
+    moved: list[tuple[int, int, Any]] = field(default_factory=list)
+
+
+SWAP, ONE_WAY = SimpleNamespace(name="SWAP"), SimpleNamespace(name="UNIDIRECTIONAL")
+
+
+def lark(body: str, key: str) -> dict[str, Any]:
+    """extra_args["callgate"] of a Lark grammar `start: body`."""
+    text = f"%llguidance {{}}\nstart: {body}\n"
+    return {"key": key, "grammar": text, "plain": text, "mode": "required", "trigger": None}
+
+
+def of(c: constraints.Constraint | None) -> dict[str, Any]:
+    assert c is not None
+    ref = c.ref()
+    return {f: getattr(ref, f) for f in ref.__dataclass_fields__}
+
+
+def params(spec: dict[str, Any] | None, max_tokens: int | None = None) -> Any:
+    return SimpleNamespace(extra_args=None if spec is None else {"callgate": spec}, max_tokens=max_tokens)
+
+
+def allowed(row: torch.Tensor) -> set[int]:
+    return set(torch.isfinite(row).nonzero().flatten().tolist())
+
+
+def step(batch: ConstrainedBatch, rows: int) -> torch.Tensor:
+    return batch.apply(torch.zeros(rows, WIDTH))
+
+
+def test_masks_land_on_their_rows_and_leave_others_alone() -> None:
+    batch = ByteBatch(None, "cpu", False)
+    batch.update_state(
+        Update(
+            added=[
+                (0, params(lark("/a+b/", "ab")), None, []),
+                (1, params(None), None, []),
+                (2, params(lark('"c"', "c")), None, []),
+            ]
+        )
+    )
+    logits = step(batch, 3)
+    assert allowed(logits[0]) == {ord("a")}
+    assert allowed(logits[1]) == set(range(WIDTH))
+    assert allowed(logits[2]) == {ord("c")}
+    assert batch.masked == 2
+
+
+def test_added_removed_moved_and_swapped_rows_keep_their_grammars() -> None:
+    batch = ByteBatch(None, "cpu", False)
+    a_out: list[int] = []
+    c_out: list[int] = []
+    batch.update_state(
+        Update(added=[(0, params(lark("/a+b/", "ab")), None, a_out), (1, params(lark('"c"', "c")), None, c_out)])
+    )
+    a_out.append(ord("a"))  # row 0 has written "a": "a" or "b" next
+    batch.update_state(Update(moved=[(1, 3, ONE_WAY)]))  # row 1 moves to the empty slot 3
+    logits = step(batch, 4)
+    assert allowed(logits[0]) == {ord("a"), ord("b")} and allowed(logits[3]) == {ord("c")}
+    assert allowed(logits[1]) == set(range(WIDTH))  # the slot it left is free
+    batch.update_state(Update(moved=[(0, 3, SWAP)]))
+    logits = step(batch, 4)
+    assert allowed(logits[3]) == {ord("a"), ord("b")} and allowed(logits[0]) == {ord("c")}
+    d_out: list[int] = []
+    batch.update_state(Update(removed=[3], added=[(3, params(lark('"d"', "d")), None, d_out)]))
+    logits = step(batch, 4)
+    assert allowed(logits[3]) == {ord("d")} and allowed(logits[0]) == {ord("c")}
+    batch.update_state(Update(removed=[0, 3]))
+    assert not batch.rows and allowed(step(batch, 4)[0]) == set(range(WIDTH))
+
+
+def test_a_refused_token_leaves_the_row_unconstrained() -> None:
+    """Another processor changed the sampled token: the row is not masked any more (the
+    strict parser judges the output), and the other rows go on."""
+    batch = ByteBatch(None, "cpu", False)
+    bad: list[int] = []
+    good: list[int] = []
+    batch.update_state(
+        Update(added=[(0, params(lark("/a+b/", "ab")), None, bad), (1, params(lark("/a+b/", "ab")), None, good)])
+    )
+    step(batch, 2)
+    bad.append(ord("z"))
+    good.append(ord("a"))
+    logits = step(batch, 2)
+    assert batch.rows[0].failed and allowed(logits[0]) == set(range(WIDTH))
+    assert not batch.rows[1].failed and allowed(logits[1]) == {ord("a"), ord("b")}
+
+
+def test_a_stopped_grammar_admits_only_eos() -> None:
+    batch = ByteBatch(None, "cpu", False)
+    out: list[int] = [ord("a"), ord("b")]
+    batch.update_state(Update(added=[(0, params(lark('"ab"', "ab-literal")), None, out)]))
+    assert allowed(step(batch, 1)[0]) == {EOS}
+
+
+def run(spec: dict[str, Any], max_tokens: int, seed: int, bias: dict[int, float] | None = None) -> tuple[str, Any]:
+    """Random logits (EOS made less likely) sampled by argmax until EOS or `max_tokens`."""
+    batch = ByteBatch(None, "cpu", False)
+    out: list[int] = []
+    batch.update_state(Update(added=[(0, params(spec, max_tokens), None, out)]))
+    g = torch.Generator().manual_seed(seed)
+    for _ in range(max_tokens):
+        logits = torch.randn(1, WIDTH, generator=g)
+        logits[0, EOS] -= 3
+        for t, v in (bias or {}).items():
+            logits[0, t] += v
+        batch.apply(logits)
+        t = int(torch.argmax(logits[0]))
+        if t == EOS:
+            break
+        out.append(t)
+    return bytes(out).decode(), batch.rows[0]
+
+
+CLOSING = [
+    (fmt, label, choice, max_tokens)
+    for fmt in ("hermes", "mistral", "llama3-json")
+    for label, choice in (("required", "required"), ("named", NAMED))
+    for max_tokens in (100, 160, 400)
+]
+
+
+@pytest.mark.parametrize(
+    ("fmt", "label", "choice", "max_tokens"), CLOSING, ids=[f"{c[0]}-{c[1]}-{c[3]}" for c in CLOSING]
+)
+def test_budget_closing_closes_a_call_within_max_tokens(fmt: str, label: str, choice: Any, max_tokens: int) -> None:
+    """Parallel calls allowed, except mistral's (see the xfail below)."""
+    spec = of(constraints.build(fmt, WEATHER, choice, fmt != "mistral", None, V))
+    for seed in range(3):
+        check_closed(fmt, spec, max_tokens, seed=max_tokens * 10 + seed)
+
+
+def check_closed(fmt: str, spec: dict[str, Any], max_tokens: int, seed: int) -> None:
+    text, row = run(spec, max_tokens, seed)
+    result = parse(fmt, text + get_format(fmt).eos, WEATHER)
+    assert len(text.encode()) <= max_tokens and not row.failed
+    assert result.diagnostics == (), (text, result.diagnostics)
+    assert result.candidates and all(c.name == "get_weather" for c in result.candidates), text
+    assert all(isinstance(c.arguments.get("city"), str) for c in result.candidates), text
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="mistral's list layout: after a whole call `...}}` the grammar is not accepting (it needs `]`), so the "
+    "processor's 'a whole call is written' rule does not fire and `, {` starts a second call; that one token adds "
+    "~50 bytes to the plan (SLACK is 12), the committed plan no longer fits and the call is cut at max_tokens",
+)
+def test_budget_closing_starts_no_second_mistral_call_it_cannot_finish() -> None:
+    spec = of(constraints.build("mistral", WEATHER, "required", True, None, V))
+    check_closed("mistral", spec, 160, seed=1601)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="closing.py's greedy plan from hermes' start goes through an empty `<think></think>\\n\\n` (letters "
+    "in byte order: <th before <to), 17 bytes more than the call itself: 80 tokens hold the 75-byte call but the "
+    "plan does not fit and the call is cut",
+)
+@pytest.mark.parametrize("seed", range(2))
+def test_budget_closing_plans_no_reasoning_block_it_does_not_need(seed: int) -> None:
+    spec = of(constraints.build("hermes", WEATHER, "required", True, None, V))
+    text, _ = run(spec, 80, seed)
+    result = parse("hermes", text + "<|im_end|>", WEATHER)
+    assert result.diagnostics == () and result.candidates, text
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="closing.py's greedy byte preference never ends a value whose pattern needs a byte it ranks below "
+    "one that keeps the value open (`^a+b$`: it takes `a` for ever): no plan, so such a call is cut at max_tokens",
+)
+def test_budget_closing_plans_an_end_for_a_patterned_string() -> None:
+    tool = {
+        "type": "function",
+        "function": {
+            "name": "code",
+            "parameters": {
+                "type": "object",
+                "properties": {"c": {"type": "string", "pattern": "^a+b$"}},
+                "required": ["c"],
+            },
+        },
+    }
+    c = constraints.build("hermes", [tool], "required", True, None, V)
+    assert c is not None
+    m = matcher(c.plain, V)
+    head = '<tool_call>\n{"name": "code", "arguments": {"c": "a'
+    assert consume_text(m, head) == len(head.encode())
+    assert closing_plan(m, {b: b for b in range(256)}, EOS, format_closers("hermes")) is not None
+
+
+@pytest.mark.parametrize("parallel", [True, False])
+def test_a_second_call_follows_only_when_parallel(parallel: bool) -> None:
+    spec = of(constraints.build("hermes", [*WEATHER, TIME], "required", parallel, None, V))
+    first = '<tool_call>\n{"name": "get_time", "arguments": {}}\n</tool_call>'
+    batch = ByteBatch(None, "cpu", False)
+    out = list(first.encode())
+    batch.update_state(Update(added=[(0, params(spec), None, out)]))
+    mask = allowed(step(batch, 1)[0])
+    assert EOS in mask
+    assert (ord("\n") in mask) is parallel  # the separator before another <tool_call>
+    if parallel:
+        out += list(b'\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call>')
+        assert allowed(step(batch, 1)[0]) >= {EOS} and not batch.rows[0].failed
+        result = parse("hermes", bytes(out).decode() + "<|im_end|>", [*WEATHER, TIME])
+        assert [c.name for c in result.candidates] == ["get_time", "get_weather"] and not result.diagnostics
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_auto_text_ends_without_a_call_it_could_not_finish(seed: int) -> None:
+    """20 tokens cannot hold a call: in auto the row writes text, never a trigger it would
+    have to cut short, even when `<` is the likeliest token."""
+    spec = of(constraints.build("hermes", WEATHER, "auto", True, None, V))
+    text, row = run(spec, 20, seed, bias={ord("<"): 2.0})
+    result = parse("hermes", text + "<|im_end|>", WEATHER)
+    assert len(text.encode()) <= 20 and not row.failed
+    assert result.diagnostics == () and not result.candidates, text
+    assert "<tool_call>" not in text
+
+
+def test_auto_without_a_budget_may_write_free_text() -> None:
+    spec = of(constraints.build("hermes", WEATHER, "auto", True, None, V))
+    batch = ByteBatch(None, "cpu", False)
+    out = list(b"Hello there.")
+    batch.update_state(Update(added=[(0, params(spec), None, out)]))
+    mask = allowed(step(batch, 1)[0])
+    assert {EOS, ord(" "), ord("<")} <= mask  # end, more text, or a call
+
+
+def test_each_masked_step_records_its_time() -> None:
+    batch = ByteBatch(None, "cpu", False)
+    before = STEP_TIMINGS.summary()["steps"]
+    out: list[int] = []
+    batch.update_state(Update(added=[(0, params(lark("/a+b/", "ab")), None, out), (1, params(None), None, [])]))
+    for t in (ord("a"), ord("a")):
+        step(batch, 2)
+        out.append(t)
+    batch.update_state(Update(removed=[0]))
+    step(batch, 2)  # nothing constrained: not recorded
+    summary = batch.timings.summary()
+    assert summary["steps"] == 2 and summary["p50_step_us"] > 0 and summary["p99_token_us"] > 0
+    assert STEP_TIMINGS.summary()["steps"] >= before + 2
+
+
+def test_random_rows_in_one_batch_each_end_as_their_grammar() -> None:
+    """Four constrained rows of different formats in one batch, random logits, each within
+    its own max_tokens: every output parses into a call."""
+    fmts = ["hermes", "mistral", "llama3-json", "hermes"]
+    batch = ByteBatch(None, "cpu", False)
+    outs: list[list[int]] = [[] for _ in fmts]
+    batch.update_state(
+        Update(
+            added=[
+                (i, params(of(constraints.build(f, WEATHER, "required", True, None, V)), 100 + 40 * i), None, outs[i])
+                for i, f in enumerate(fmts)
+            ]
+        )
+    )
+    g = torch.Generator().manual_seed(5)
+    done = [False] * len(fmts)
+    for _ in range(400):
+        logits = torch.randn(len(fmts), WIDTH, generator=g)
+        logits[:, EOS] -= 3
+        batch.apply(logits)
+        for i in range(len(fmts)):
+            if done[i]:
+                continue
+            t = int(torch.argmax(logits[i]))
+            if t == EOS or len(outs[i]) >= 100 + 40 * i:
+                done[i] = True
+            else:
+                outs[i].append(t)
+        if all(done):
+            break
+    for f, out in zip(fmts, outs, strict=True):
+        result = parse(f, bytes(out).decode() + get_format(f).eos, WEATHER)
+        assert result.diagnostics == () and result.candidates, (f, bytes(out))
