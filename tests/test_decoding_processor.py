@@ -188,23 +188,11 @@ def check_closed(fmt: str, spec: dict[str, Any], max_tokens: int, seed: int) -> 
     assert all(isinstance(c.arguments.get("city"), str) for c in result.candidates), text
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="mistral's list layout: after a whole call `...}}` the grammar is not accepting (it needs `]`), so the "
-    "processor's 'a whole call is written' rule does not fire and `, {` starts a second call; that one token adds "
-    "~50 bytes to the plan (SLACK is 12), the committed plan no longer fits and the call is cut at max_tokens",
-)
 def test_budget_closing_starts_no_second_mistral_call_it_cannot_finish() -> None:
     spec = of(constraints.build("mistral", WEATHER, "required", True, None, V))
     check_closed("mistral", spec, 160, seed=1601)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="closing.py's greedy plan from hermes' start goes through an empty `<think></think>\\n\\n` (letters "
-    "in byte order: <th before <to), 17 bytes more than the call itself: 80 tokens hold the 75-byte call but the "
-    "plan does not fit and the call is cut",
-)
 @pytest.mark.parametrize("seed", range(2))
 def test_budget_closing_plans_no_reasoning_block_it_does_not_need(seed: int) -> None:
     spec = of(constraints.build("hermes", WEATHER, "required", True, None, V))
@@ -213,11 +201,6 @@ def test_budget_closing_plans_no_reasoning_block_it_does_not_need(seed: int) -> 
     assert result.diagnostics == () and result.candidates, text
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="closing.py's greedy byte preference never ends a value whose pattern needs a byte it ranks below "
-    "one that keeps the value open (`^a+b$`: it takes `a` for ever): no plan, so such a call is cut at max_tokens",
-)
 def test_budget_closing_plans_an_end_for_a_patterned_string() -> None:
     tool = {
         "type": "function",

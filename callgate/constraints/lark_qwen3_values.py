@@ -82,6 +82,9 @@ def value(
     `declared_types`), into values `prop` accepts; None when there are none. `root`: the
     tool's prepared parameter schema, which `prop`'s `$ref`s point into."""
     schema = resolve(prop, root, path)
+    if isinstance(prop, Mapping) and "$ref" in prop and isinstance(schema, Mapping):
+        # a $ref applies with its siblings (strict tools close an object beside its $ref)
+        schema = {**schema, **{k: v for k, v in prop.items() if k != "$ref"}}
     tried = list(itertools.takewhile(lambda t: t not in ("string", RAW), types))
     numeric = [k for k in tried if k in _BOUNDED]
     finite = {k: _finite(schema, k, root) for k in numeric}

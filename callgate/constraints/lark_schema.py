@@ -11,9 +11,11 @@ breaking its `$ref`s. Does not know: formats or Lark.
   `schema_too_complex`), with its place as an OpenAI-style param (`tools[0].function.
   parameters.properties.x.not`), rather than decoded under a weaker grammar.
 * `unevaluatedProperties` (which strict tools' closing writes, callgate.strict_tools) is
-  read as `additionalProperties` of the same value: llguidance merges an object's
-  `properties` with those of its `allOf`/`anyOf` branches before it closes it, which is what
-  `unevaluatedProperties` means there.
+  read as `additionalProperties` of the same value, after the names its `$ref` and
+  combinator branches declare are added to the object's own `properties` (llguidance closes
+  an object by its own `properties`, then intersects the branches): so a strict tool whose
+  parameters are a root `$ref` or an `allOf` keeps its branches' properties (a name of one
+  `anyOf` branch is then admitted beside another branch too: the validator is exact).
 * A `format` llguidance does not know is an annotation (JSON Schema's default), dropped.
 * `oneOf` is compiled as `anyOf` (the grammar may be wider than the schema there; the
   validator, which checks the exact schema, has the last word).
@@ -26,6 +28,7 @@ from typing import Any
 
 from callgate.constraints.json_schema import at
 from callgate.errors import SchemaTooComplexError
+from callgate.schema_ref import RefError, ref_target
 
 ANNOTATIONS = frozenset(
     {
@@ -54,8 +57,10 @@ def prepare(schema: Mapping[str, Any], param: str, *, object_only: bool = False)
     """A copy of `schema` that llguidance compiles and enforces; `object_only` narrows it to
     JSON objects (a tool's arguments are always one). Raises SchemaTooComplexError naming
     every keyword the grammar cannot enforce."""
+    if isinstance(schema, bool):
+        schema = {} if schema else {"not": {}}
     bad: list[str] = []
-    out = _walk(schema, param, bad)
+    out = _walk(_evaluated_names(schema, schema), param, bad)
     if bad:
         names = ", ".join(bad)
         raise SchemaTooComplexError(
@@ -68,6 +73,42 @@ def prepare(schema: Mapping[str, Any], param: str, *, object_only: bool = False)
         out = _as_object(out)
     assert isinstance(out, dict)
     return out
+
+
+def _evaluated_names(node: Any, root: Mapping[str, Any], depth: int = 0) -> Any:
+    """`node` with every object that `unevaluatedProperties` closes beside `$ref` or a
+    combinator given the names its branches evaluate (as `properties` of `{}`): llguidance
+    closes an object by its own `properties` and intersects `allOf`/`$ref` branches after,
+    so `additionalProperties: false` alone would refuse the branches' names."""
+    if isinstance(node, list):
+        return [_evaluated_names(v, root, depth) for v in node]
+    if not isinstance(node, Mapping) or depth > 32:
+        return node
+    out = {k: (v if k in ("enum", "const", "default", "examples") else _evaluated_names(v, root, depth + 1))
+           for k, v in node.items()}  # fmt: skip
+    combined = any(k in node for k in ("$ref", "allOf", "anyOf", "oneOf"))
+    if combined and node.get("unevaluatedProperties") is False:
+        names = _branch_names(node, root, 0)
+        own = dict(out.get("properties") or {})
+        out["properties"] = {**{n: {} for n in names if n not in own}, **own}
+    return out
+
+
+def _branch_names(node: Any, root: Mapping[str, Any], depth: int) -> list[str]:
+    """The property names `node` and its `$ref` / combinator branches declare."""
+    if not isinstance(node, Mapping) or depth > 16:
+        return []
+    names = list(node.get("properties") or {}) if isinstance(node.get("properties"), Mapping) else []
+    ref = node.get("$ref")
+    if isinstance(ref, str):
+        try:
+            names += _branch_names(ref_target(ref, root), root, depth + 1)
+        except RefError:
+            pass
+    for key in ("allOf", "anyOf", "oneOf"):
+        for branch in node.get(key) or ():
+            names += _branch_names(branch, root, depth + 1)
+    return list(dict.fromkeys(names))
 
 
 def _as_object(schema: dict[str, Any]) -> dict[str, Any]:

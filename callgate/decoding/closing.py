@@ -37,6 +37,7 @@ _PREFERENCE += bytes(range(0x80, 0xC0))  # a character cut inside its UTF-8 byte
 # after `<` of a required parameter's tag only 0xEF is admitted)
 _PREFERENCE += bytes(range(0xC2, 0xF5))
 _NARROW = 32
+_REPEATS = 16
 JSON_CLOSERS = ('"', "}", "]", '"}', "}}", "]}", '"]')
 
 
@@ -54,6 +55,7 @@ def closing_plan(
     taken = 0
     out = bytearray()
     ordered = sorted(set(closers), key=len)
+    last, run, avoid = b"", 0, b""
     width = max([eos_token_id, *steps.values()]) + 1
     try:
         while True:
@@ -61,9 +63,13 @@ def closing_plan(
                 return bytes(out)
             if matcher.is_error() or len(out) >= max_bytes:
                 return None
-            piece = _closer(matcher, steps, ordered, width) or _byte(matcher, steps)
+            piece = _closer(matcher, steps, ordered, width) or _byte(matcher, steps, avoid)
             if piece is None:
                 return None
+            # a byte taken again and again keeps a value open (`^a+b$` under `a`): avoid it once
+            run = run + 1 if piece == last else 1
+            last = piece
+            avoid = piece if run > _REPEATS and len(piece) == 1 else b""
             out += piece
             taken += len(piece)
     finally:
@@ -99,8 +105,10 @@ def _admitted(matcher: Any, width: int) -> int:
     return int(numpy.unpackbits(mask.view(numpy.uint8)).sum())
 
 
-def _byte(matcher: Any, steps: Mapping[int, int]) -> bytes | None:
+def _byte(matcher: Any, steps: Mapping[int, int], avoid: bytes = b"") -> bytes | None:
     for b in _PREFERENCE:
+        if avoid and b == avoid[0]:
+            continue
         token = steps.get(b)
         if token is not None and matcher.try_consume_tokens([token]) == 1:
             return bytes([b])
@@ -116,6 +124,10 @@ def format_closers(format: str) -> tuple[bytes, ...]:
     if fmt is not None:
         marks = [v for k, v in fmt.markers.items() if k in _CLOSING_KEYS and isinstance(v, str)]
         marks += [fmt.reasoning_close] if fmt.reasoning_close else []
+        # a call's own opening marker (not llama3-json's `{"name": `, which opens free JSON):
+        # from a grammar's start it beats an empty reasoning block the letters would spell
+        if fmt.call_trigger.lstrip()[:1] in ("<", "["):
+            marks.append(fmt.call_trigger)
         texts |= {p + m for m in marks for p in ("", "\n")}
     return tuple(t.encode() for t in texts)
 

@@ -302,21 +302,31 @@ class ConstrainedBatch:
         eos = self.vocab.eos_token_id
         if row.plan is not None:  # following a plan: its next token, then EOS
             return row.plan.pop(0) if row.plan else eos
+        cost = self._call_cost(row)
         if row.matcher.is_accepting():
             if left <= 1:
                 return eos
-            cost = self._call_cost(row)
             if cost is None or left > cost + 1:
                 return None
             # a whole call is written: end here; else (auto, text so far) start no call
             return eos if row.spec.needs_call or row.called else _NO_CALL
         plan = self._plan(row)
-        if plan is None or left > len(plan) + 1 + SLACK:
+        if plan is None:
+            return None
+        ended = self._ends_a_call(row, plan)  # only the markup after a whole call is left
+        if left > len(plan) + 1 + SLACK and not (ended and cost is not None and left <= cost + len(plan) + 1):
             return None
         row.plan = plan[1:]  # committed: a plan re-made mid-marker would lose its way
-        if self.closing_dir and row.spec.request_id:
+        if self.closing_dir and row.spec.request_id and not ended:
             closing_marks.mark(self.closing_dir, row.spec.request_id)
         return plan[0] if plan else eos
+
+    def _ends_a_call(self, row: Row, plan: list[int]) -> bool:
+        """Whether the row has written a whole call and its plan only closes the markup
+        around it (mistral's `]`): ending there cuts nothing short."""
+        if not (row.spec.needs_call or row.called) or len(plan) > 2:
+            return False
+        return all(set(self.pieces.get(t, b"x")) <= _MARKUP_ONLY for t in plan)
 
     def _call_cost(self, row: Row) -> int | None:
         """Tokens of a shortest call from its trigger on, planned once per grammar from its
@@ -419,3 +429,4 @@ def _signed(word: int) -> int:
 _BYTES = LlgVocabulary.build({bytes([b]): [b] for b in range(256)}, 256, {256: "<eos>"}, 257)
 _STEPS = {b: b for b in range(256)}
 _NO_CALL = -1
+_MARKUP_ONLY = frozenset(b"]} \n")
