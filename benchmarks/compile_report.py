@@ -1,0 +1,170 @@
+"""bench_compile's report: the targets' summary, the human table, and the chart.
+
+Reads the JSON document bench_compile.run returns (cells, peers, baseline); knows nothing
+of engines.
+
+    summary(cells, targets) -> dict      # statuses; worst p50/p99/warm; cells past a target
+    table(doc) -> str
+    chart(doc, path)                     # PNG: per vocabulary, per tool set, log scale
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+_CHECKS = (("cold_p50_ms", "cold p50"), ("cold_p99_ms", "cold p99"), ("warm_p50_ms", "warm p50"))
+
+
+def summary(cells: Sequence[Mapping[str, Any]], targets: Mapping[str, float]) -> dict[str, Any]:
+    """Cells per status ("refused: ..." and "error: ..." counted under their first word),
+    the worst ok figures, and every ok cell past a target."""
+    statuses = Counter(str(c["status"]).split(":")[0] for c in cells)
+    ok = [c for c in cells if c["status"] == "ok"]
+    worst = {key: max((c[key] for c in ok), default=None) for key, _ in _CHECKS}
+    past = [
+        {"cell": _name(c), "key": key, "value": c[key], "target": targets[key]}
+        for c in ok
+        for key, _ in _CHECKS
+        if c[key] is not None and c[key] > targets[key]
+    ]
+    return {"statuses": dict(statuses), "worst": worst, "past_target": past, "all_ok_meet_targets": not past}
+
+
+def _name(c: Mapping[str, Any]) -> str:
+    return f"{c['format']}/{c['mode']} {c['tools']} {c['vocab']}"
+
+
+def _cell_text(c: Mapping[str, Any] | None) -> str:
+    if c is None:
+        return "-"
+    if c["status"] != "ok":
+        return str(c["status"]).split(":")[0]
+    return f"{c['cold_p50_ms']:.1f}/{c['cold_p99_ms']:.1f} · {c['warm_p50_ms']:.2f}"
+
+
+def table(doc: Mapping[str, Any]) -> str:
+    cells = doc["cells"]
+    modes = list(dict.fromkeys(c["mode"] for c in cells))
+    by = {(c["vocab"], c["tools"], c["format"], c["mode"]): c for c in cells}
+    env = doc["env"]
+    lines = [
+        f"load average {env['load_start']} -> {env.get('load_end')}; {env['cpus']} CPUs; llguidance "
+        f"{env['llguidance']}, xgrammar {env['xgrammar']}, outlines-core {env['outlines_core']}; "
+        f"{doc['repeats']} repeats (BFCL: {doc['bfcl_cases']} cases)",
+        "",
+        "callgate: cold p50/p99 · warm p50, ms (request to first mask)",
+        "| vocab | tools | format | " + " | ".join(modes) + " |",
+        "|---|---|---|" + "---:|" * len(modes),
+    ]
+    for vocab, tools, fmt in dict.fromkeys((c["vocab"], c["tools"], c["format"]) for c in cells):
+        row = [_cell_text(by.get((vocab, tools, fmt, m))) for m in modes]
+        lines.append(f"| {vocab} | {tools} | {fmt} | " + " | ".join(row) + " |")
+    errors = [c for c in cells if str(c["status"]).startswith(("refused", "error"))]
+    lines += [f"  {_name(c)}: {c['status']}" for c in errors]
+    if doc.get("peers"):
+        lines += [
+            "",
+            "peers: the calls as one JSON schema, ms",
+            "| engine | vocab | tools | cold p50 | cold p99 | warm p50 |",
+        ]
+        lines.append("|---|---|---|---:|---:|---:|")
+        for p in doc["peers"]:
+            if p["status"] == "ok":
+                warm = "no cache" if p["warm_p50_ms"] is None else f"{p['warm_p50_ms']:.2f}"
+                figures = f"{p['cold_p50_ms']:.1f} | {p['cold_p99_ms']:.1f} | {warm}"
+            else:
+                figures = f"{p['status'][:60]} | | "
+            lines.append(f"| {p['engine']} | {p['vocab']} | {p['tools']} | {figures} |")
+    if doc.get("baseline"):
+        lines += ["", "old outlines-core Index path (cold, one sample) beside callgate's cold p50"]
+        lines += ["| format/mode | vocab | tools | old | callgate p50 | speedup |", "|---|---|---|---:|---:|---:|"]
+        for b in doc["baseline"]:
+            new = by.get((b["vocab"], b["tools"], b["format"], b["mode"]))
+            p50 = new.get("cold_p50_ms") if new else None
+            old = b.get("cold_ms")
+            old_text = f"{old / 1e3:.2f} s" if old is not None else b["status"]
+            if b["status"].startswith("refused") and old is not None:
+                old_text = f"{b['status'][:70]} (after {old / 1e3:.2f} s)"
+            speed = f"{old / p50:.0f}x" if old and p50 and b["status"] == "ok" else ""
+            p50_text = f"{p50:.1f} ms" if p50 is not None else "-"
+            lines.append(
+                f"| {b['format']}/{b['mode']} | {b['vocab']} | {b['tools']} | {old_text} | {p50_text} | {speed} |"
+            )
+    s = doc["summary"]
+    lines += ["", f"cells: {s['statuses']}; worst ok: {s['worst']}; past a target: {len(s['past_target'])}"]
+    lines += [f"  {p['cell']}: {p['key']} {p['value']} > {p['target']}" for p in s["past_target"][:20]]
+    return "\n".join(lines)
+
+
+def chart(doc: Mapping[str, Any], path: Path) -> None:
+    """Per vocabulary: per tool set, each format's worst cold p50 over the modes (whisker to
+    its worst p99), the peers', and the old path's (hermes/required; a timeout at its cap)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cells, peers, baseline = doc["cells"], doc.get("peers", []), doc.get("baseline", [])
+    vocabs = list(dict.fromkeys(c["vocab"] for c in cells))
+    sets = list(dict.fromkeys(c["tools"] for c in cells))
+    series = list(dict.fromkeys(c["format"] for c in cells))
+    series += list(dict.fromkeys(p["engine"] for p in peers)) + (["old Index"] if baseline else [])
+    fig, axes = plt.subplots(1, len(vocabs), figsize=(7 * len(vocabs), 4.6), squeeze=False, sharey=True)
+    width = 0.8 / max(len(series), 1)
+    for ax, vocab in zip(axes[0], vocabs, strict=True):
+        for k, name in enumerate(series):
+            xs, p50s, p99s, hatched = [], [], [], []
+            for i, tools in enumerate(sets):
+                p50, p99, capped = _bar(name, vocab, tools, cells, peers, baseline)
+                if p50 is not None:
+                    xs.append(i + (k - len(series) / 2 + 0.5) * width)
+                    p50s.append(p50)
+                    p99s.append(max(p99, p50))
+                    hatched.append(capped)
+            if not xs:
+                continue
+            errs = [[0] * len(p50s), [b - a for a, b in zip(p50s, p99s, strict=True)]]
+            bars = ax.bar(xs, p50s, width, yerr=errs, capsize=2, label=name)
+            for bar, cap in zip(bars, hatched, strict=True):
+                bar.set_hatch("//" if cap else "")
+        ax.axhline(50, color="green", linestyle="--", linewidth=0.8)
+        ax.axhline(250, color="orange", linestyle="--", linewidth=0.8)
+        ax.set_yscale("log")
+        ax.set_xticks(range(len(sets)), sets)
+        ax.set_title(f"{vocab}: request to first mask, ms (cold p50, whisker p99)")
+    axes[0][0].set_ylabel("ms (log); dashed: 50 / 250 ms targets")
+    axes[0][-1].legend(fontsize=7, ncol=2)
+    load = doc["env"]["load_start"][0]
+    fig.suptitle(
+        f"bench_compile, {doc['repeats']} repeats, load average {load}; hatched: old path timed out", fontsize=9
+    )
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _bar(
+    name: str,
+    vocab: str,
+    tools: str,
+    cells: Sequence[Mapping[str, Any]],
+    peers: Sequence[Mapping[str, Any]],
+    baseline: Sequence[Mapping[str, Any]],
+) -> tuple[float | None, float, bool]:
+    """(p50, p99, timed out) of one series at one tool set."""
+    if name == "old Index":
+        for b in baseline:
+            if (b["vocab"], b["tools"], b["format"], b["mode"]) == (vocab, tools, "hermes", "required"):
+                if b["status"] == "timeout":
+                    return float(b["cap_s"]) * 1e3, 0.0, True
+                if b.get("cold_ms") is not None:
+                    return float(b["cold_ms"]), 0.0, False
+        return None, 0.0, False
+    mine = [c for c in cells if (c["vocab"], c["tools"], c["format"]) == (vocab, tools, name) and c["status"] == "ok"]
+    mine += [p for p in peers if (p["vocab"], p["tools"], p["engine"]) == (vocab, tools, name) and p["status"] == "ok"]
+    if not mine:
+        return None, 0.0, False
+    return max(float(c["cold_p50_ms"]) for c in mine), max(float(c["cold_p99_ms"]) for c in mine), False
