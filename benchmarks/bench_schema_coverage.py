@@ -30,11 +30,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 import zipfile
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -171,10 +173,11 @@ def xgrammar_compile(item: Item) -> Acceptor:
     import xgrammar
 
     try:
-        grammar = xgrammar.Grammar.from_json_schema(
-            json.dumps(item.schema), any_whitespace=False, separators=SEPARATORS
-        )
-        compiled = _xgrammar_compiler().compile_grammar(grammar)
+        with _quiet_stderr():  # its converter logs a warning per keyword it approximates
+            grammar = xgrammar.Grammar.from_json_schema(
+                json.dumps(item.schema), any_whitespace=False, separators=SEPARATORS
+            )
+            compiled = _xgrammar_compiler().compile_grammar(grammar)
     except Exception as exc:
         raise Refused(_first_line(str(exc))) from exc
 
@@ -183,6 +186,18 @@ def xgrammar_compile(item: Item) -> Acceptor:
         return bool(m.accept_string(data)) and bool(m.is_completed())
 
     return accepts
+
+
+@contextmanager
+def _quiet_stderr() -> Iterator[None]:
+    saved = os.dup(2)
+    with open(os.devnull, "w") as null:
+        os.dup2(null.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
 
 
 _XG: list[Any] = []
@@ -223,6 +238,7 @@ def _cover_one(items: Sequence[Item], compile_: Callable[[Item], Acceptor], inst
     reasons: Counter[str] = Counter()
     examples: dict[str, str] = {}
     counts = Counter[str]()
+    wrong: dict[str, Counter[str]] = {"valid_refused": Counter(), "invalid_admitted": Counter()}
     for item in items:
         try:
             accepts = compile_(item)
@@ -239,17 +255,22 @@ def _cover_one(items: Sequence[Item], compile_: Callable[[Item], Acceptor], inst
             except Exception:
                 taken = False
             counts["valid" if valid else "invalid"] += 1
-            counts[
-                ("valid_admitted" if taken else "valid_refused")
-                if valid
-                else ("invalid_admitted" if taken else "invalid_refused")
-            ] += 1
+            counts[_verdict(valid, taken)] += 1
+            if taken != valid:
+                wrong[_verdict(valid, taken)][item.name.split("#")[0]] += 1
     return {
         "compiled": counts["compiled"],
         "refused": sum(reasons.values()),
         "reasons": [{"reason": r, "count": n, "example": examples[r]} for r, n in reasons.most_common()],
         **({k: counts[k] for k in ("valid", "valid_admitted", "invalid", "invalid_refused")} if instances else {}),
+        **({f"{k}_by_file": dict(v.most_common()) for k, v in wrong.items()} if instances else {}),
     }
+
+
+def _verdict(valid: bool, taken: bool) -> str:
+    if valid:
+        return "valid_admitted" if taken else "valid_refused"
+    return "invalid_admitted" if taken else "invalid_refused"
 
 
 def table(doc: Mapping[str, Any], show: int = 8) -> str:
@@ -270,6 +291,10 @@ def table(doc: Mapping[str, Any], show: int = 8) -> str:
             top = ", ".join(f"{x['reason']} ({x['count']})" for x in r["reasons"][:show])
             if top:
                 notes.append(f"  {source} / {engine} refused: {top}")
+            for key in ("valid_refused_by_file", "invalid_admitted_by_file"):
+                files = ", ".join(f"{f} ({n})" for f, n in list(r.get(key, {}).items())[:show])
+                if files:
+                    notes.append(f"  {source} / {engine} {key.removesuffix('_by_file').replace('_', ' ')}: {files}")
     return "\n".join([*lines, "", *notes])
 
 
