@@ -48,6 +48,7 @@ def run_capped(
     parent, child = ctx.Pipe()
     proc = ctx.Process(target=target, args=(child, *args), daemon=True)
     proc.start()
+    child.close()  # the child holds its end: its death is our EOF
     try:
         if not parent.poll(setup_s):
             return ("error", "the child never got ready")
