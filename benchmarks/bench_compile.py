@@ -107,6 +107,7 @@ def run(
         vocab = load(vname) if isinstance(vname, str) else vname
         progress(f"vocabulary {vocab.name}: {vocab.size} ids, {time.perf_counter() - started:.1f} s")
         engine = Engine(vocab)
+        env.setdefault("engine_path", engine.path)
         engine_cell(engine, "hermes", "required", sets[0], 1)  # warm-up, not reported
         for tools in sets:
             for fmt in args.formats:

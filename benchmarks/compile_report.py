@@ -54,7 +54,7 @@ def table(doc: Mapping[str, Any]) -> str:
     lines = [
         f"load average {env['load_start']} -> {env.get('load_end')}; {env['cpus']} CPUs; llguidance "
         f"{env['llguidance']}, xgrammar {env['xgrammar']}, outlines-core {env['outlines_core']}; "
-        f"{doc['repeats']} repeats (BFCL: {doc['bfcl_cases']} cases)",
+        f"{doc['repeats']} repeats (BFCL: {doc['bfcl_cases']} cases); callgate path: {env.get('engine_path')}",
         "",
         "callgate: cold p50/p99 (cold CPU p50) · warm p50, ms (request to first mask)",
         "| vocab | tools | format | " + " | ".join(modes) + " |",
