@@ -92,9 +92,12 @@ def baseline_cell(fmt: str, mode: str, tools: ToolSet, vocab: Vocab, cap_s: floa
 
 
 def baseline_plan(n: int, formats: Sequence[str], sets: Sequence[str], vocabs: Sequence[str]) -> list[tuple[str, ...]]:
-    """The first `n` baseline cells: hermes/required on every tool set (SmolLM2 first, then
-    Qwen2.5), then the other formats' required and auto on the agent tools."""
-    order = [("hermes", "required", s, v) for v in VOCABS for s in TOOL_SETS]
+    """The first `n` baseline cells: hermes/required on the agent tools (SmolLM2, Qwen2.5),
+    on BFCL multiple and 64 tools (SmolLM2), then on every other (tool set, vocabulary), then
+    the other formats' required and auto on the agent tools."""
+    first = [("agent-12", "smollm2"), ("agent-12", "qwen2.5"), ("bfcl-multiple", "smollm2"), ("64-tools", "smollm2")]
+    order = [("hermes", "required", s, v) for s, v in first]
+    order += [("hermes", "required", s, v) for v in VOCABS for s in TOOL_SETS if (s, v) not in first]
     order += [(f, m, "agent-12", v) for v in VOCABS for f in FORMATS if f != "hermes" for m in ("required", "auto")]
     order += [("hermes", "auto", s, v) for v in VOCABS for s in TOOL_SETS]
     fit = [c for c in order if c[0] in formats and c[2] in sets and c[3] in vocabs]
