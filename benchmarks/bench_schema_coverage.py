@@ -115,8 +115,12 @@ class Refused(Exception):
 
 
 def _first_line(text: str) -> str:
+    """An error's first line as a group: source locations, quoted names and numbers elided."""
     line = text.strip().splitlines()[0] if text.strip() else ""
-    return re.sub(r"\d+", "N", line)[:110]
+    line = re.sub(r"^\[[^\]]*\] \S+:\d+: ", "", line)  # xgrammar's "[time] file.cc:line: "
+    line = re.sub(r"^at \d+\(\d+\): failed to compile JSON schema: ", "", line)
+    line = re.sub(r"'[^']*'|\"[^\"]*\"", "'…'", line) if "Unimplemented keys" not in line else line
+    return re.sub(r"\d+(\.\d+)?(e[+-]?\d+)?", "N", line)[:110]
 
 
 def callgate_compile(item: Item) -> Acceptor:
