@@ -46,6 +46,50 @@ def _cell_text(c: Mapping[str, Any] | None) -> str:
     return f"{c['cold_p50_ms']:.1f}/{c['cold_p99_ms']:.1f} ({c['cold_cpu_p50_ms']:.1f}) · {c['warm_p50_ms']:.2f}"
 
 
+def headline(doc: Mapping[str, Any]) -> str:
+    """One row per (vocabulary, tool set): each format's worst cold p50/p99 over its modes
+    (wall, ms; CPU p50 in brackets; `n/5` where only n modes are written), the peers' and
+    the old path's (hermes/required)."""
+    cells, peers, baseline = doc["cells"], doc.get("peers", []), doc.get("baseline", [])
+    formats = list(dict.fromkeys(c["format"] for c in cells))
+    engines = list(dict.fromkeys(p["engine"] for p in peers))
+    head = ["vocab", "tools", *formats, *engines, *(["old Index"] if baseline else [])]
+    lines = ["| " + " | ".join(head) + " |", "|---|---|" + "---:|" * (len(head) - 2)]
+    for vocab, tools in dict.fromkeys((c["vocab"], c["tools"]) for c in cells):
+        row = [vocab, tools]
+        for fmt in formats:
+            mine = [c for c in cells if (c["vocab"], c["tools"], c["format"]) == (vocab, tools, fmt)]
+            ok = [c for c in mine if c["status"] == "ok"]
+            text = _worst(ok) if ok else str(mine[0]["status"]).split(":")[0] if mine else "-"
+            row.append(text if len(ok) in (0, len(mine)) else f"{text} {len(ok)}/{len(mine)}")
+        for engine in engines:
+            mine = [p for p in peers if (p["vocab"], p["tools"], p["engine"]) == (vocab, tools, engine)]
+            ok = [p for p in mine if p["status"] == "ok"]
+            row.append(_worst(ok) if ok else (str(mine[0]["status"]).split(":")[0] if mine else "-"))
+        if baseline:
+            old = [
+                b
+                for b in baseline
+                if (b["vocab"], b["tools"], b["format"], b["mode"]) == (vocab, tools, "hermes", "required")
+            ]
+            row.append(_old_text(old[0]) if old else "-")
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
+def _worst(cells: Sequence[Mapping[str, Any]]) -> str:
+    p50, p99, cpu = (max(float(c[k]) for c in cells) for k in ("cold_p50_ms", "cold_p99_ms", "cold_cpu_p50_ms"))
+    return f"{p50:.0f}/{p99:.0f} ({cpu:.0f})"
+
+
+def _old_text(b: Mapping[str, Any]) -> str:
+    if b["status"] == "timeout":
+        return f"timeout (> {b['cap_s']:.0f} s)"
+    if b["status"].startswith("refused") and b.get("cold_ms") is not None:
+        return f"refused after {b['cold_ms'] / 1e3:.1f} s"
+    return f"{b['cold_ms'] / 1e3:.1f} s" if b.get("cold_ms") is not None else str(b["status"]).split(":")[0]
+
+
 def table(doc: Mapping[str, Any]) -> str:
     cells = doc["cells"]
     modes = list(dict.fromkeys(c["mode"] for c in cells))
@@ -55,6 +99,9 @@ def table(doc: Mapping[str, Any]) -> str:
         f"load average {env['load_start']} -> {env.get('load_end')}; {env['cpus']} CPUs; llguidance "
         f"{env['llguidance']}, xgrammar {env['xgrammar']}, outlines-core {env['outlines_core']}; "
         f"{doc['repeats']} repeats (BFCL: {doc['bfcl_cases']} cases); callgate path: {env.get('engine_path')}",
+        "",
+        "worst over the modes: cold p50/p99 (CPU p50), ms",
+        headline(doc),
         "",
         "callgate: cold p50/p99 (cold CPU p50) · warm p50, ms (request to first mask)",
         "| vocab | tools | format | " + " | ".join(modes) + " |",
