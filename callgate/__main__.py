@@ -72,6 +72,11 @@ def _add_serve_flags(p: argparse.ArgumentParser) -> None:
         default=None,
         help="require 'Authorization: Bearer KEY' on every route but /health (or CALLGATE_API_KEY)",
     )
+    g.add_argument(
+        "--trust-actor-header",
+        action="store_true",
+        help="take the actor of tool-call idempotency keys from the x-callgate-actor header (set it at a gateway)",
+    )
     g.add_argument("--log-level", default=d.log_level, choices=["debug", "info", "warning", "error"], help="log level")
     g = p.add_argument_group("scheduling")
     g.add_argument("--max-num-seqs", type=int, default=d.max_num_seqs, help="requests in the running batch")
@@ -161,6 +166,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         host=args.host,
         port=args.port,
         api_key=args.api_key or os.environ.get("CALLGATE_API_KEY") or None,
+        trust_actor_header=args.trust_actor_header,
         max_num_seqs=args.max_num_seqs,
         max_model_len=args.max_model_len,
         max_queue=max(0, args.max_queue),
@@ -206,10 +212,8 @@ def serve(
     """Build the engine and serve until interrupted."""
     import uvicorn
 
-    from callgate.constraints import configure_disk
     from callgate.serving.app import create_app
 
-    configure_disk(settings.grammar_cache_dir, settings.grammar_cache_max_bytes)
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if settings.api_key is None and settings.host not in ("127.0.0.1", "localhost", "::1"):
         logging.getLogger("callgate").warning(

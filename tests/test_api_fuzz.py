@@ -42,7 +42,7 @@ def fuzz_operation(server: ServerProcess, operation: Any, mode: GenerationMode, 
             # Random messages almost never form a valid conversation (a tool turn needs the
             # call it answers ...): send the same fuzzed options once more with a plain one,
             # so tools, tool_choice, stop, response_format ... reach the engine and parsers.
-            plain = {"messages": PLAIN} | ({"tasks": ["title"]} if case.path == "/v1/quick" else {})
+            plain = PLAIN_BODIES.get(case.path, {"messages": PLAIN})
             case.body = {k: v for k, v in case.body.items() if k != "model"} | plain
             send(server, case, seen)
 
@@ -50,6 +50,10 @@ def fuzz_operation(server: ServerProcess, operation: Any, mode: GenerationMode, 
 
 
 PLAIN = [{"role": "user", "content": "Hello"}]
+PLAIN_BODIES: dict[str, dict[str, Any]] = {
+    "/v1/quick": {"messages": PLAIN, "tasks": ["title"]},
+    "/v1/completions": {"prompt": "Hello"},
+}
 
 
 def send(server: ServerProcess, case: Any, seen: Counter[tuple[str, int]]) -> None:
@@ -70,14 +74,15 @@ def test_openapi_document_fuzz(tmp_path: Path) -> None:
         assert all(isinstance(r, Ok) for r in results), [r.err() for r in results if isinstance(r, Err)]
         operations = [r.ok() for r in results if isinstance(r, Ok)]
         paths = {(op.method.upper(), op.path) for op in operations}
-        assert {("POST", "/v1/chat/completions"), ("POST", "/v1/quick"), ("GET", "/health")} <= paths
+        posts = {("POST", "/v1/chat/completions"), ("POST", "/v1/completions"), ("POST", "/v1/quick")}
+        assert posts | {("GET", "/health")} <= paths
         seen: Counter[tuple[str, int]] = Counter()
         for operation in operations:
             fuzz_operation(server, operation, GenerationMode.POSITIVE, seen)
             if operation.method.upper() == "POST":  # a GET without parameters has no invalid form
                 fuzz_operation(server, operation, GenerationMode.NEGATIVE, seen)
         chat = "/v1/chat/completions"
-        for path in (chat, "/v1/quick"):  # both sides of each POST route were reached
+        for path in (chat, "/v1/completions", "/v1/quick"):  # both sides of each POST route were reached
             assert seen[(path, 200)] and sum(n for (p, st), n in seen.items() if p == path and 400 <= st < 500)
         assert server.health()["in_flight"] == 0
         assert server.metric("callgate_engine_running") == 0

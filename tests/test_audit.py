@@ -136,6 +136,7 @@ def test_candidate_record_fields() -> None:
         verdict={"verdict": "rejected", "errors": [], "retryable": True},
         validator="builtin-jsonschema",
         constrained=True,
+        idempotency_key="ab" * 32,
     )
     assert set(rec) == {
         "time",
@@ -151,7 +152,9 @@ def test_candidate_record_fields() -> None:
         "verdict",
         "validator",
         "constrained",
+        "idempotency_key",
     }
+    assert rec["idempotency_key"] == "ab" * 32
     assert rec["time"].endswith("+00:00") and rec["round"] == 1
 
 

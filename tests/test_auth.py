@@ -31,6 +31,7 @@ TOOL = {
 CALL = '<tool_call>\n{"name": "ping", "arguments": {"n": 1}}\n</tool_call>'
 CHAT = {"messages": [{"role": "user", "content": "ping"}], "tools": [TOOL]}
 QUICK = {"messages": [{"role": "user", "content": "ping"}], "tasks": ["title"]}
+BODIES: dict[str, dict[str, Any]] = {"/v1/quick": QUICK, "/v1/completions": {"prompt": "ping"}}
 
 
 @dataclass
@@ -40,7 +41,7 @@ class Server:
     audit: Path
 
     async def call(self, method: str, path: str, headers: dict[str, str] | None = None) -> httpx.Response:
-        body = QUICK if path == "/v1/quick" else CHAT
+        body = BODIES.get(path, CHAT)
         if method == "POST":
             return await self.http.post(path, json=body, headers=headers)
         return await self.http.request(method, path, headers=headers)
@@ -83,6 +84,7 @@ async def test_every_route_but_health_needs_the_key(server: Server) -> None:
     table = routes(server.app)
     assert {p for _, p in table} >= {
         "/v1/chat/completions",
+        "/v1/completions",
         "/v1/quick",
         "/v1/models",
         "/v1/models/m",

@@ -223,6 +223,41 @@ def test_logit_bias_bans_the_greedy_token(api: Any) -> None:
     assert biased.choices[0].message.content != first  # distinct tokens have distinct text
 
 
+def test_completions_on_the_real_model(api: Any) -> None:
+    """/v1/completions of chat's own rendered prompt (as a string, then as token ids) is
+    chat's greedy answer; streamed, the same text; `ignore_eos` fills max_tokens; an id outside
+    the vocabulary is a 400."""
+    import openai
+
+    from callgate.serving.model_store import EMBEDDED_MODEL, resolve_model
+    from callgate.serving.tokenizer import HfTokenizer
+    from callgate.templates import render
+
+    messages = [{"role": "user", "content": "What is the capital of France?"}]
+    prompt = render("hermes", messages)
+    kw: dict[str, Any] = {"model": MODEL_NAME, "max_tokens": 24, "temperature": 0}
+    chat = api.chat.completions.create(messages=messages, **kw)
+    whole = api.completions.create(prompt=prompt, **kw)
+    [choice] = whole.choices
+    assert whole.object == "text_completion" and whole.model == MODEL_NAME and "Paris" in choice.text
+    assert (choice.text, choice.finish_reason) == (chat.choices[0].message.content, chat.choices[0].finish_reason)
+    tokenizer = HfTokenizer(str(resolve_model(EMBEDDED_MODEL)))
+    ids = tokenizer.encode(prompt)
+    assert whole.usage is not None and chat.usage is not None
+    assert whole.usage.prompt_tokens == len(ids) == chat.usage.prompt_tokens
+    assert api.completions.create(prompt=ids, **kw).choices[0].text == choice.text
+    parts = list(api.completions.create(prompt=prompt, stream=True, **kw))
+    assert "".join(c.text for p in parts for c in p.choices) == choice.text
+    assert [c.finish_reason for p in parts for c in p.choices if c.finish_reason] == [choice.finish_reason]
+    fixed = api.completions.create(prompt=prompt, **{**kw, "max_tokens": 40}, extra_body={"ignore_eos": True})
+    assert (
+        fixed.usage is not None and fixed.usage.completion_tokens == 40 and fixed.choices[0].finish_reason == "length"
+    )
+    with pytest.raises(openai.BadRequestError) as info:
+        api.completions.create(prompt=[*ids, tokenizer.vocab_size], **kw)
+    assert isinstance(info.value.body, dict) and info.value.body["param"] == "prompt"
+
+
 def test_prefix_cache_hits_on_a_repeated_prompt(api: Any) -> None:
     system = "You are a careful assistant. " + " ".join(f"Rule {i}: answer briefly and politely." for i in range(60))
     messages = [{"role": "system", "content": system}, {"role": "user", "content": "Say hi."}]

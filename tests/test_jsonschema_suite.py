@@ -73,6 +73,8 @@ def envelope(schema: Any, data: Any) -> ValidationRequest:
         model="suite",
         schema=schema,
         constrained=False,
+        actor="anonymous",
+        scope="0" * 64,
         idempotency_key="0" * 64,
     )
 

@@ -3,7 +3,7 @@
 Knows: how to start and stop a server process (`ServerProcess`, also used by the shutdown
 and API-fuzz tests), how to read its /health, /metrics and resident memory, and what a
 complete answer or a clear error looks like at the wire.
-Checks: at 4x the batch size with a mix of streaming, tool calls and invalid requests
+Checks: at 4x the batch size with a mix of streaming, tool calls, /v1/completions and invalid requests
 every request gets exactly one complete answer or one clear error and nothing hangs;
 queue overflow answers 429 before any generation could finish; memory comes back to its
 starting level; a disconnect storm leaves no running generation and each dropped stream
@@ -171,12 +171,20 @@ def error_kind(resp: httpx.Response) -> str:
 
 
 def run_request(client: httpx.Client, kind: str, extra: Mapping[str, Any] | None = None) -> Outcome:
-    """Send one request of `kind` ("call", "stream", "invalid_json", "invalid_schema"), with
-    `extra` body fields on the valid ones, and classify what came back."""
+    """Send one request of `kind` ("call", "stream", "invalid_json", "invalid_schema" to chat
+    completions, "completion" / "completion_stream" of the prompt "ping" to /v1/completions),
+    with `extra` body fields on the valid chat ones, and classify what came back."""
     body = {"messages": ASK, "tools": [TOOL], **(extra or {})}
     start = time.monotonic()
     try:
-        if kind == "invalid_json":
+        if kind == "completion":
+            resp = client.post("/v1/completions", json={"prompt": "ping"})
+            if resp.status_code == 200:
+                whole = resp.json()["choices"][0]["finish_reason"] is not None
+                return Outcome("completion" if whole else "incomplete", 200, time.monotonic() - start)
+        elif kind == "completion_stream":
+            return _completion_stream(client, start)
+        elif kind == "invalid_json":
             resp = client.post("/v1/chat/completions", content=b'{"messages": [', headers=JSON)
         elif kind == "invalid_schema":
             bad = {"type": "function", "function": {"name": "x", "parameters": {"type": 5}}}
@@ -214,6 +222,20 @@ def _stream(client: httpx.Client, start: float, body: Mapping[str, Any]) -> Outc
         return Outcome("incomplete", 200, latency_s)
     ids = [t["id"] for c in chunks for ch in c["choices"] for t in ch["delta"].get("tool_calls") or [] if "id" in t]
     return Outcome("stream", 200, latency_s, tuple(ids))
+
+
+def _completion_stream(client: httpx.Client, start: float) -> Outcome:
+    with client.stream("POST", "/v1/completions", json={"prompt": "ping", "stream": True}) as resp:
+        if resp.status_code != 200:
+            resp.read()
+            return Outcome(error_kind(resp), resp.status_code, time.monotonic() - start)
+        payloads = [line[6:] for line in resp.iter_lines() if line.startswith("data: ")]
+    latency_s = time.monotonic() - start
+    chunks = [json.loads(p) for p in payloads[:-1]]
+    if not payloads or payloads[-1] != "[DONE]" or any("error" in c for c in chunks):
+        return Outcome("incomplete", 200, latency_s)
+    finishes = [ch["finish_reason"] for c in chunks for ch in c["choices"] if ch["finish_reason"]]
+    return Outcome("completion_stream" if len(finishes) == 1 else "incomplete", 200, latency_s)
 
 
 @dataclass
@@ -265,11 +287,12 @@ def test_mixed_load_at_four_times_the_batch(tmp_path: Path) -> None:
     with serve_fake(tmp_path, [CALL], *flags, token_delay_s=TOKEN_DELAY_S) as server:
         load(server.base, 2, 2, ["call"])  # warm-up: first imports, first compile
         rss_before = server.rss_bytes()
-        mix = ["call", "stream", "invalid_json", "call", "stream", "invalid_schema"]
+        mix = ["call", "stream", "invalid_json", "completion", "completion_stream", "invalid_schema"]
         run = load(server.base, 4 * BATCH, 6, mix)
         kinds = run.kinds()
-        assert set(kinds) <= {"answer", "stream", "invalid_request_error", "rate_limit_error"}, kinds
-        assert kinds["answer"] and kinds["stream"] and kinds["rate_limit_error"], kinds
+        answers = {"answer", "stream", "completion", "completion_stream"}
+        assert set(kinds) <= answers | {"invalid_request_error", "rate_limit_error"}, kinds
+        assert all(kinds[k] for k in answers) and kinds["rate_limit_error"], kinds
         assert kinds["invalid_request_error"] == 16  # 2 of every 6 requests: always refused, never queued
         assert all(len(o.call_ids) == 1 for o in run.outcomes if o.kind in ("answer", "stream"))
         one_generation_s = 60 * TOKEN_DELAY_S

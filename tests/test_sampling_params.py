@@ -178,10 +178,12 @@ def test_sampling_arguments_carry_every_parameter() -> None:
         "logit_bias": {7: -100.0},
         "seed": 3,
         "stop": ["END"],
+        "ignore_eos": False,
         "extra_args": {"callgate": {"key": "k", "regex": "a+"}},
     }
     plain = vllm_engine.sampling_arguments(SamplingParams(8), 100, None)
     assert (plain["logit_bias"], plain["stop"], plain["extra_args"], plain["top_k"]) == (None, None, None, 0)
+    assert vllm_engine.sampling_arguments(SamplingParams(8, ignore_eos=True), 100, None)["ignore_eos"] is True
 
 
 @dataclass

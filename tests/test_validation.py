@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
 from callgate.errors import ValidatorUnavailableError
+from callgate.serving.idempotency import conversation_scope
 from callgate.serving.validation import (
     ENVELOPE_SCHEMA,
     VERDICT_SCHEMA,
@@ -34,6 +35,7 @@ from callgate.serving.validation import (
 from callgate.serving.validation_http import redact_url
 
 SCHEMAS = Path(__file__).resolve().parent.parent / "schemas"
+SCOPE = conversation_scope([{"role": "user", "content": "Weather in Oslo?"}])
 WEATHER = {
     "type": "object",
     "properties": {"city": {"type": "string"}, "days": {"type": "integer", "minimum": 1}},
@@ -54,7 +56,9 @@ def request(
         model="m",
         schema=schema,
         constrained=True,
-        idempotency_key=idempotency_key("chatcmpl-1", "call_1", arguments if isinstance(arguments, dict) else {}),
+        actor="anonymous",
+        scope=SCOPE,
+        idempotency_key=idempotency_key("anonymous", tool, arguments if isinstance(arguments, dict) else {}, SCOPE),
         strict=strict,
     )
 
@@ -203,13 +207,17 @@ def test_envelopes_validate_against_the_published_schema() -> None:
     assert list(check.iter_errors({**envelope_dict(request({})), "arguments": []}))  # arguments must be an object
 
 
-def test_idempotency_key_depends_on_canonical_arguments_only() -> None:
-    a = idempotency_key("r", "c", {"x": 1, "y": [1, 2]})
-    assert a == idempotency_key("r", "c", {"y": [1, 2], "x": 1})
-    assert (
-        len({a, idempotency_key("r", "c", {"x": 2, "y": [1, 2]}), idempotency_key("r2", "c", {"x": 1, "y": [1, 2]})})
-        == 3
-    )
+def test_idempotency_key_names_actor_tool_canonical_arguments_and_scope() -> None:
+    a = idempotency_key("alice", "t", {"x": 1, "y": [1, 2]}, SCOPE)
+    assert a == idempotency_key("alice", "t", {"y": [1, 2], "x": 1}, SCOPE)  # key order is not part of it
+    others = {
+        idempotency_key("bob", "t", {"x": 1, "y": [1, 2]}, SCOPE),
+        idempotency_key("alice", "u", {"x": 1, "y": [1, 2]}, SCOPE),
+        idempotency_key("alice", "t", {"x": 2, "y": [1, 2]}, SCOPE),
+        idempotency_key("alice", "t", {"x": 1, "y": [1, 2]}, "0" * 64),
+        idempotency_key("alice\u0000t", "", {"x": 1, "y": [1, 2]}, SCOPE),  # no separator to forge
+    }
+    assert len(others | {a}) == 6
 
 
 @pytest.mark.parametrize(

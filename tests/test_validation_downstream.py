@@ -20,6 +20,7 @@ from jsonschema import Draft202012Validator
 from callgate.serving.app import create_app
 from callgate.serving.audit import AuditLog, read_records
 from callgate.serving.fake_engine import FakeEngine
+from callgate.serving.idempotency import conversation_scope
 from callgate.serving.settings import Settings
 from callgate.serving.validation import ENVELOPE_SCHEMA, idempotency_key
 from tests.validator_app import received, running_validator
@@ -151,7 +152,9 @@ async def test_accepted_call_is_returned_and_audited(chat: Any) -> None:
     )
     assert envelope["schema"] == CITY["function"]["parameters"]  # type: ignore[index]
     assert envelope["raw"] == call_text({"city": "Oslo", "days": 2}) and envelope["strict"] is False
-    expected_key = idempotency_key(body["id"], call["id"], {"city": "Oslo", "days": 2})
+    scope = conversation_scope(ASK)
+    assert (envelope["actor"], envelope["scope"]) == ("anonymous", scope)
+    expected_key = idempotency_key("anonymous", "get_weather", {"city": "Oslo", "days": 2}, scope)
     assert envelope["idempotency_key"] == got["headers"]["idempotency-key"] == expected_key
     assert "authorization" not in got["headers"]  # the client's key is not forwarded
     [record] = run.audit()
@@ -163,6 +166,7 @@ async def test_accepted_call_is_returned_and_audited(chat: Any) -> None:
     )
     assert record["verdict"]["verdict"] == "accepted" and record["validator"] == cand["verdict"]["validator"]
     assert record["raw"] == envelope["raw"] and record["arguments"] == {"city": "Oslo", "days": 2}
+    assert record["idempotency_key"] == expected_key
     assert (record["model"], record["format"], record["diagnostics"]) == (MODEL, "hermes", [])
     assert API_KEY not in run.audit_path.read_text(encoding="utf-8")
     assert "callgate_validator_latency_seconds_count 1.0" in run.metrics

@@ -7,10 +7,11 @@ tokens. Does not know: formats (callers pass the texts that close their structur
 
 The planner walks forward from the matcher's state one byte at a time, then rolls every byte
 back, so the matcher is left as it was. At each byte it takes, in order: the end of the
-grammar (EOS allowed: done); the longest of `closers` (format markers such as
-`\n</tool_call>`, a JSON string's `"`, `}` and `]`) admitted whole after which the grammar
-admits the fewest bytes, if that is few (it ended a free-text state); else the first admitted byte of `_PREFERENCE` (a value's shortest spellings first: `"` `0` `[` `{`
-`t` `f` `n`, then letters, which complete a required key or an enum). It is greedy, not a
+grammar (EOS allowed: done); of `closers` (format markers such as `\n</tool_call>`, a JSON
+string's `"`, `}` and `]`) the one admitted whole after which the grammar admits the fewest
+bytes, if that is few (it ended a free-text state); else the first admitted byte of
+`_PREFERENCE` (a value's shortest spellings first: `"` `0` `[` `{` `t` `f` `n`, then
+letters, which complete a required key or an enum). It is greedy, not a
 shortest-path search: its plan is a bound on what closing costs, short for the outputs the
 formats write (a few tokens per open string or container, plus each required key still
 missing with its shortest value), and never longer than `max_bytes` (None past that: the

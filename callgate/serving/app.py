@@ -20,7 +20,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from callgate.errors import AuthenticationError, CallgateError
+from callgate.errors import AuthenticationError, CallgateError, ShuttingDownError
 from callgate.serving import sse
 from callgate.serving.chat import ChatFailure, ChatService
 from callgate.serving.engine import Engine
@@ -120,8 +120,7 @@ class _Gate:
 async def _shutting_down(send: Send, started: bool, streaming: bool) -> None:
     """End a request cancelled by the server's shutdown: a 503 error, or (a stream already
     under way) a terminal SSE error event and `[DONE]`."""
-    err = CallgateError("the server is shutting down; retry on another replica", code="server_shutting_down")
-    err.status, err.error_type = 503, "server_error"
+    err = ShuttingDownError()
     if started:
         body = sse.error_event(err.to_body()) + sse.DONE if streaming else b""
         await send({"type": "http.response.body", "body": body})
@@ -138,13 +137,11 @@ def _install_error_handlers(app: FastAPI) -> None:
 
     async def chat_failure(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, ChatFailure)
-        return JSONResponse(exc.body(), status_code=exc.error.status)
+        return JSONResponse(exc.body(), status_code=exc.error.status, headers=exc.error.headers())
 
     async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
-        err = CallgateError(str(exc.detail))
-        err.status, err.error_type = exc.status_code, "invalid_request_error"
-        return _error(err)
+        return _error(CallgateError.for_status(exc.status_code, str(exc.detail)))
 
     async def unexpected(request: Request, exc: Exception) -> Response:
         log.exception("unhandled error on %s", request.url.path)
@@ -157,11 +154,11 @@ def _install_error_handlers(app: FastAPI) -> None:
 
 
 def _error(exc: CallgateError) -> JSONResponse:
-    headers = None if exc.retry_after_s is None else {"Retry-After": str(exc.retry_after_s)}
-    return JSONResponse(exc.to_body(), status_code=exc.status, headers=headers)
+    """OpenAI's error body, with the headers that say whether a retry can help (errors.py)."""
+    return JSONResponse(exc.to_body(), status_code=exc.status, headers=exc.headers())
 
 
-_ROUTE_LABELS = frozenset({"/v1/chat/completions", "/v1/quick", "/v1/models", "/health", "/metrics"})
+_ROUTE_LABELS = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/quick", "/v1/models", "/health", "/metrics"})
 
 
 def _route_label(path: str) -> str:

@@ -128,10 +128,12 @@ def candidate_record(
     verdict: Mapping[str, Any],
     validator: str,
     constrained: bool,
+    idempotency_key: str,
 ) -> dict[str, Any]:
     """The record of one candidate. `arguments` are the model's (canonical once encoded);
     `verdict` is the verdict object (with normalised arguments when the validator gave any),
-    or `{"verdict": "unavailable", "error": ...}` when no verdict could be had."""
+    or `{"verdict": "unavailable", "error": ...}` when no verdict could be had;
+    `idempotency_key` is the envelope's (it joins the record to a downstream executor's)."""
     return {
         "time": datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds"),
         "request_id": request_id,
@@ -146,6 +148,7 @@ def candidate_record(
         "verdict": dict(verdict),
         "validator": validator,
         "constrained": constrained,
+        "idempotency_key": idempotency_key,
     }
 
 

@@ -26,6 +26,7 @@ Policy:
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import logging
 import secrets
@@ -66,6 +67,7 @@ from callgate.serving.handoff import (
     validate_all,
     verdict_dict,
 )
+from callgate.serving.idempotency import ANONYMOUS, conversation_scope, idempotency_key
 from callgate.serving.metrics import Metrics
 from callgate.serving.prompt import Prompt, build_prompt
 from callgate.serving.protocol import (
@@ -82,6 +84,7 @@ from callgate.serving.protocol_request import check_logit_bias
 from callgate.serving.quick import Conversation, QuickBeside, QuickConfig, QuickService
 from callgate.serving.settings import Settings
 from callgate.serving.stop_filter import StopFilter
+from callgate.serving.tokenizer import special_tokens
 from callgate.types import Diagnostic, DiagnosticEvent, Event, ParseResult, ReasoningDelta, TextDelta, arguments_json
 
 log = logging.getLogger("callgate.chat")
@@ -178,6 +181,16 @@ class _Turn:
         self.quick_block: dict[str, Any] = {}
         self._closed = False
 
+    @functools.cached_property
+    def scope(self) -> str:
+        """What the turn's calls answer (callgate.serving.idempotency): the request's messages,
+        the same in every repair round, so a repaired call is still the same action."""
+        return conversation_scope(self.req.messages)
+
+    @property
+    def actor(self) -> str:
+        return self.req.actor or ANONYMOUS
+
     @property
     def max_repairs(self) -> int:
         return self.service.settings.max_repairs if self.req.max_repairs is None else self.req.max_repairs
@@ -223,6 +236,7 @@ class ChatService:
             None if settings.audit_log is None else AuditLog(settings.audit_log, max_bytes=settings.audit_log_max_bytes)
         )
         self._vocabulary: dict[bytes, list[int]] | None = None
+        self._specials: dict[int, str] = {}
         self.quick = QuickService(engine, settings.format, QuickConfig(constrained=settings.constrained))
 
     # ---- entry points -----------------------------------------------------------------
@@ -406,6 +420,7 @@ class ChatService:
         build_async = getattr(importlib.import_module("callgate.constraints"), "build_async", None)
         if build_async is not None and self._vocabulary is None:
             self._vocabulary = await anyio.to_thread.run_sync(self.engine.tokenizer.vocabulary)
+            self._specials = special_tokens(self.engine.tokenizer)
         return build_async
 
     async def _constraint(self, req: ChatRequest) -> ConstraintRef | None:
@@ -420,6 +435,7 @@ class ChatService:
             req.response_format,
             self._vocabulary,
             eos_token_id=self.engine.tokenizer.eos_token_id,
+            specials=self._specials,
             thinking=grammar_thinking(self.settings.format, req),
             timeout_s=self.settings.limits.grammar_timeout_s,
         )
@@ -444,6 +460,7 @@ class ChatService:
                 None,
                 self._vocabulary,
                 eos_token_id=self.engine.tokenizer.eos_token_id,
+                specials=self._specials,
                 timeout_s=_WARM_TIMEOUT_S,
             )
             log.info("warmed the %s tool_choice=none grammar in %.2f s", self.settings.format, time.monotonic() - start)
@@ -484,6 +501,8 @@ class ChatService:
                 model=self.settings.model_name,
                 fmt=self.settings.format,
                 constrained=turn.constraint is not None,
+                actor=turn.actor,
+                scope=turn.scope if rnd.result.candidates else "",  # hashed only when there is a call
             )
         except ValidatorUnavailableError as exc:
             await self._audit(
@@ -518,6 +537,7 @@ class ChatService:
                 verdict=v,
                 validator=validator,
                 constrained=turn.constraint is not None,
+                idempotency_key=idempotency_key(turn.actor, c.name, c.arguments, turn.scope),
             )
             for c, v in zip(rnd.result.candidates, verdicts, strict=True)
         ]

@@ -27,7 +27,8 @@ class SamplingParams:
     output text. Penalties, `top_k` (0: off), `min_p` and `logit_bias` (token id -> a bias
     added to its logit; every id inside the tokenizer's vocabulary) shape the distribution
     only among the tokens a constraint allows: a biased token the grammar forbids stays
-    forbidden."""
+    forbidden. `ignore_eos` (vLLM's) keeps generating past EOS until `max_tokens` or a stop
+    string: benchmark clients use it for fixed output lengths."""
 
     max_tokens: int
     temperature: float = 1.0
@@ -40,19 +41,21 @@ class SamplingParams:
     top_k: int = 0
     min_p: float = 0.0
     logit_bias: Mapping[int, float] | None = None
+    ignore_eos: bool = False
 
 
 @runtime_checkable
 class ConstraintRef(Protocol):
     """What travels from `callgate.constraints` to the engine: the grammar's cache key and
-    its regex (enough for another process to recompile it). Extra fields of the concrete
-    class (e.g. a lazy `trigger`) travel with it to the logits processor."""
+    its llguidance grammar text (enough for another process to build its matcher). Extra
+    fields of the concrete class (the plain-text twin, the mode, the call trigger) travel
+    with it to the logits processor."""
 
     @property
     def key(self) -> str: ...
 
     @property
-    def regex(self) -> str: ...
+    def grammar(self) -> str: ...
 
 
 @dataclass(frozen=True, slots=True)

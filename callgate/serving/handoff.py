@@ -14,8 +14,9 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from callgate.serving.idempotency import idempotency_key
 from callgate.serving.protocol import ChatRequest, tool_call_dict
-from callgate.serving.validation import ValidationRequest, Validator, Verdict, idempotency_key, verdict_dict
+from callgate.serving.validation import ValidationRequest, Validator, Verdict, verdict_dict
 from callgate.types import Diagnostic, ParseResult, ToolCallCandidate, arguments_json
 
 # A candidate with one of these diagnostics still goes to the validator (which rejects it).
@@ -31,9 +32,12 @@ async def validate_all(
     model: str,
     fmt: str,
     constrained: bool,
+    actor: str,
+    scope: str,
 ) -> list[Verdict]:
     """One verdict per candidate, asked concurrently, in candidate order. The first
-    failure (e.g. ValidatorUnavailableError) is raised once all have finished."""
+    failure (e.g. ValidatorUnavailableError) is raised once all have finished. `actor` and
+    `scope` identify the action with the tool and arguments (callgate.serving.idempotency)."""
 
     async def one(c: ToolCallCandidate) -> Verdict:
         envelope = ValidationRequest(
@@ -46,7 +50,9 @@ async def validate_all(
             model=model,
             schema=req.schema_of(c.name),
             constrained=constrained,
-            idempotency_key=idempotency_key(request_id, c.call_id, c.arguments),
+            actor=actor,
+            scope=scope,
+            idempotency_key=idempotency_key(actor, c.name, c.arguments, scope),
             strict=req.is_strict(c.name),
         )
         return await validator.validate(envelope)

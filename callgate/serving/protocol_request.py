@@ -12,7 +12,7 @@ parsers or validators.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -77,6 +77,9 @@ class ChatRequest:
     top_k: int = 0  # 0: off
     min_p: float = 0.0
     logit_bias: Mapping[int, float] | None = None  # token id -> bias; ids not yet checked against a vocabulary
+    # Who asks, for the idempotency key (callgate.serving.idempotency): each surface's own field
+    # (here `user`), or the trusted x-callgate-actor header set by the route; None: anonymous.
+    actor: str | None = None
 
     def function_of(self, name: str) -> Mapping[str, Any] | None:
         """The declared `function` object of tool `name`; None when no such tool is declared."""
@@ -151,7 +154,8 @@ def _to_request(wire: ChatCompletionWire, limits: Limits) -> ChatRequest:
         repetition_penalty=1.0 if wire.repetition_penalty is None else wire.repetition_penalty,
         top_k=max(0, wire.top_k or 0),  # vLLM's -1 and 0 both mean off
         min_p=wire.min_p or 0.0,
-        logit_bias=_logit_bias(wire.logit_bias),
+        logit_bias=parse_logit_bias(wire.logit_bias),
+        actor=wire.user or None,
     )
 
 
@@ -168,7 +172,7 @@ def _refuse_logprobs(wire: ChatCompletionWire) -> None:
 _TOKEN_ID = re.compile(r"0|[1-9][0-9]*")  # canonical: "7" and "007" would name one token twice
 
 
-def _logit_bias(bias: LogitBiasWire | None) -> Mapping[int, float] | None:
+def parse_logit_bias(bias: LogitBiasWire | None) -> Mapping[int, float] | None:
     """OpenAI's string keys as token ids; None when there is no bias."""
     if not bias:
         return None
@@ -185,12 +189,17 @@ def _logit_bias(bias: LogitBiasWire | None) -> Mapping[int, float] | None:
 def check_logit_bias(req: ChatRequest, vocab_size: int) -> None:
     """400 (param `logit_bias`) when `req` biases a token id outside the served vocabulary
     [0, vocab_size); the caller knows the tokenizer."""
-    unknown = sorted(i for i in req.logit_bias or () if i >= vocab_size)
+    check_token_ids(req.logit_bias or (), vocab_size, "logit_bias")
+
+
+def check_token_ids(ids: Iterable[int], vocab_size: int, param: str) -> None:
+    """400 (naming `param`) when an id lies outside the served vocabulary [0, vocab_size)."""
+    unknown = sorted({i for i in ids if not 0 <= i < vocab_size})
     if unknown:
         shown = ", ".join(map(str, unknown[:5])) + (", ..." if len(unknown) > 5 else "")
         raise InvalidRequestError(
-            f"logit_bias: token id(s) {shown} outside the model's vocabulary of {vocab_size} tokens",
-            param="logit_bias",
+            f"{param}: token id(s) {shown} outside the model's vocabulary of {vocab_size} tokens",
+            param=param,
             code="invalid_value",
         )
 

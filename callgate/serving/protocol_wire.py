@@ -1,5 +1,6 @@
-"""The OpenAI wire as pydantic models (the only place pydantic is used): the chat-completions
-and /v1/quick request bodies, how a pydantic error becomes an `InvalidRequestError` naming
+"""The OpenAI wire as pydantic models (pydantic is used only in the protocol modules; the
+legacy completions body is in protocol_completions.py): the chat-completions and /v1/quick
+request bodies, how a pydantic error becomes an `InvalidRequestError` naming
 the field, and the OpenAPI request-body document built from the models.
 
 Knows: OpenAI's request shapes and callgate's extensions (`callgate`: max_repairs, quick;

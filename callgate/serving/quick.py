@@ -244,17 +244,13 @@ class QuickService:
         return _Last.merged(lasts).run("read_url", output, "\n".join(lines))
 
     async def _constraint(self, regex: str) -> HeadConstraint | None:
-        """The regex's ref, its Index compiled into the shared cache (None: unconstrained)."""
+        """The regex's ref, its grammar checked (None: unconstrained)."""
         if not self.config.constrained:
             return None
-        from callgate.constraints import get_index, token_vocabulary
+        from callgate.constraints.llg import check
 
-        if self._vocabulary is None:
-            tok = self.engine.tokenizer
-            tokens = await anyio.to_thread.run_sync(tok.vocabulary)
-            self._vocabulary = token_vocabulary(tokens, tok.eos_token_id)
         ref = head_constraint(regex)
-        await anyio.to_thread.run_sync(get_index, ref.key, ref.regex, self._vocabulary)
+        await anyio.to_thread.run_sync(check, ref.grammar, None, None)
         return ref
 
     def beside(self, conversation: Conversation, tasks: Sequence[str], request_id: str) -> QuickBeside:

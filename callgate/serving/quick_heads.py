@@ -248,17 +248,24 @@ URL_CHOICE = Choice(((" yes", "yes"), (" no", "no")))  # after the forced line s
 
 @dataclass(frozen=True, slots=True)
 class HeadConstraint:
-    """A ConstraintRef for the engine: the regex and its cache key."""
+    """A ConstraintRef for the engine: the head's regex as an llguidance grammar, its key."""
 
     key: str
-    regex: str
+    grammar: str
+    plain: str
     mode: str = "quick"
     trigger: str | None = None
     budget_closing: bool = True  # the processor's budget closing (off: the grammar's mask alone)
 
 
 def head_constraint(regex: str) -> HeadConstraint:
-    return HeadConstraint("quick:" + hashlib.sha256(regex.encode()).hexdigest()[:32], regex)
+    """`regex` matches a head's whole output (llguidance anchors it at both ends: the `$`
+    that outlines-core needed is dropped)."""
+    import llguidance
+
+    body = regex[:-1] if regex.endswith("$") and not regex.endswith("\\$") else regex
+    grammar = llguidance.LLMatcher.grammar_from_regex(body)
+    return HeadConstraint("quick:" + hashlib.sha256(regex.encode()).hexdigest()[:32], grammar, grammar)
 
 
 def head_max_tokens(task: str, urls: Sequence[str]) -> int:

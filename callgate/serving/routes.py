@@ -1,4 +1,5 @@
-"""HTTP routes: /v1/chat/completions, /v1/quick, /v1/models[/{model}], /health, /metrics.
+"""HTTP routes: /v1/chat/completions, /v1/completions, /v1/quick, /v1/models[/{model}],
+/health, /metrics.
 
 Knows: how a route reads its body (bounded), which service call answers it, how a
 non-streaming request is cancelled when its client disconnects, and how a stream is
@@ -9,6 +10,7 @@ error rendering (app.py).
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Awaitable
 from typing import Any
@@ -21,7 +23,9 @@ from starlette.background import BackgroundTask
 from callgate.errors import NotFoundError, PayloadTooLargeError
 from callgate.serving import sse
 from callgate.serving.chat import ChatService
+from callgate.serving.completions import CompletionService
 from callgate.serving.conform import conform_quick
+from callgate.serving.idempotency import ACTOR_HEADER, resolve_actor
 from callgate.serving.metrics import CONTENT_TYPE, Metrics
 from callgate.serving.protocol import (
     ChatCompletionWire,
@@ -31,6 +35,7 @@ from callgate.serving.protocol import (
     parse_chat_request,
     parse_quick_request,
 )
+from callgate.serving.protocol_completions import CompletionWire, parse_completion_request
 from callgate.serving.quick import Conversation, QuickResult
 
 
@@ -38,12 +43,15 @@ def build_router(service: ChatService, metrics: Metrics) -> APIRouter:
     settings = service.settings
     created = int(time.time())
     router = APIRouter()
+    completions = CompletionService(settings, service.engine, service.admission, metrics)
 
     @router.post("/v1/chat/completions", openapi_extra=openapi_body(ChatCompletionWire))
     async def chat_completions(request: Request) -> Response:
         body = await _read_body(request, settings.limits.max_body_bytes)
         req = parse_chat_request(body, settings.limits)
         _check_served(req.model, settings.model_name)
+        actor = resolve_actor(req.actor, request.headers.get(ACTOR_HEADER), trust_header=settings.trust_actor_header)
+        req = dataclasses.replace(req, actor=actor)
         turn = await service.start(req)
         if req.stream:
             return StreamingResponse(
@@ -56,6 +64,27 @@ def build_router(service: ChatService, metrics: Metrics) -> APIRouter:
             result = await _unless_disconnected(request, service.complete(turn))
         finally:
             turn.close()
+        if result is None:
+            return Response(status_code=499)
+        return JSONResponse(result)
+
+    @router.post("/v1/completions", openapi_extra=openapi_body(CompletionWire))
+    async def text_completions(request: Request) -> Response:
+        body = await _read_body(request, settings.limits.max_body_bytes)
+        req = parse_completion_request(body, settings.limits)
+        _check_served(req.model, settings.model_name)
+        job = await completions.start(req)
+        if req.stream:
+            return StreamingResponse(
+                completions.stream(job),
+                media_type=sse.MEDIA_TYPE,
+                headers=sse.HEADERS,
+                background=BackgroundTask(job.close),
+            )
+        try:
+            result = await _unless_disconnected(request, completions.complete(job))
+        finally:
+            job.close()
         if result is None:
             return Response(status_code=499)
         return JSONResponse(result)

@@ -65,6 +65,9 @@ class Settings:
     host: str = "127.0.0.1"
     port: int = 8000
     api_key: str | None = field(default=None, repr=False)
+    # Take the actor of the idempotency key from the x-callgate-actor header (set by a gateway
+    # that authenticates clients) over the request's own field (callgate.serving.idempotency).
+    trust_actor_header: bool = False
     max_num_seqs: int = 8
     max_model_len: int = 2048
     max_queue: int = 32

@@ -124,6 +124,11 @@ class HfTokenizer:
                 vocab.setdefault(data, []).append(int(token_id))
         return vocab
 
+    def special_tokens(self) -> dict[int, str]:
+        """The texts of the added tokens (special or not: llguidance reads each as one
+        token), by id."""
+        return {int(i): str(t.content) for i, t in self._tok.added_tokens_decoder.items()}
+
     def token_bytes(self, token: str) -> bytes:
         """The bytes a vocabulary entry stands for (byte-level BPE or sentencepiece)."""
         if _byte_level(self._tok):
@@ -133,6 +138,12 @@ class HfTokenizer:
         if len(token) == 6 and token.startswith("<0x") and token.endswith(">"):
             return bytes([int(token[3:5], 16)])
         return token.replace("\u2581", " ").encode("utf-8")
+
+
+def special_tokens(tokenizer: Any) -> dict[int, str]:
+    """A Tokenizer's special-token texts by id; {} for one that names none (tests' fakes)."""
+    found = getattr(tokenizer, "special_tokens", None)
+    return dict(found()) if callable(found) else {}
 
 
 def _byte_level(tok: Any) -> bool:

@@ -15,7 +15,6 @@ metrics; a downstream validator may omit `kind`.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
@@ -27,6 +26,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError, ValidationError, relevance
 from referencing.exceptions import Unresolvable
 
+from callgate.serving.idempotency import idempotency_key as idempotency_key
 from callgate.strict_tools import strict_schema as strict_schema
 
 VerdictName = Literal["accepted", "rejected"]
@@ -100,10 +100,26 @@ ENVELOPE_SCHEMA: Mapping[str, Any] = {
         },
         "strict": {"type": "boolean", "description": "the tool was declared strict: unknown fields are errors"},
         "constrained": {"type": "boolean", "description": "whether the grammar held the call"},
+        "actor": {
+            "type": "string",
+            "minLength": 1,
+            "description": (
+                "who asks: the x-callgate-actor header (when the server trusts it), else the request's "
+                "user field (user / safety_identifier / metadata.user_id), else anonymous"
+            ),
+        },
+        "scope": {
+            "type": "string",
+            "pattern": "^[0-9a-f]{64}$",
+            "description": "sha256 of the canonical conversation before the call (the request's messages)",
+        },
         "idempotency_key": {
             "type": "string",
             "pattern": "^[0-9a-f]{64}$",
-            "description": "sha256 of request id, call id and canonical arguments; also the Idempotency-Key header",
+            "description": (
+                "sha256 of actor, tool, canonical arguments and scope: a retried request repeats it, "
+                "a later turn does not; also the Idempotency-Key header"
+            ),
         },
     },
     "required": [
@@ -117,6 +133,8 @@ ENVELOPE_SCHEMA: Mapping[str, Any] = {
         "schema",
         "strict",
         "constrained",
+        "actor",
+        "scope",
         "idempotency_key",
     ],
 }
@@ -146,6 +164,10 @@ class Envelope(Protocol):
     @property
     def constrained(self) -> bool: ...
     @property
+    def actor(self) -> str: ...
+    @property
+    def scope(self) -> str: ...
+    @property
     def idempotency_key(self) -> str: ...
     @property
     def strict(self) -> bool: ...
@@ -153,7 +175,8 @@ class Envelope(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class ValidationRequest:
-    """One candidate for a validator. `schema` is None when the tool was not declared."""
+    """One candidate for a validator. `schema` is None when the tool was not declared; `actor`,
+    `scope` and `idempotency_key` are callgate.serving.idempotency's."""
 
     request_id: str
     call_id: str
@@ -164,6 +187,8 @@ class ValidationRequest:
     model: str
     schema: Mapping[str, Any] | bool | None
     constrained: bool
+    actor: str
+    scope: str
     idempotency_key: str
     strict: bool = False
 
@@ -196,12 +221,6 @@ class Validator(Protocol):
     async def validate(self, req: Envelope) -> Verdict: ...
 
 
-def idempotency_key(request_id: str, call_id: str, arguments: Mapping[str, Any]) -> str:
-    """sha256 over the request id, call id and canonical arguments: a retry repeats it."""
-    canonical = json.dumps(arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256("\x00".join((request_id, call_id, canonical)).encode()).hexdigest()
-
-
 def envelope_dict(req: Envelope) -> dict[str, Any]:
     """The envelope as the JSON object of ENVELOPE_SCHEMA."""
     schema = req.schema
@@ -216,6 +235,8 @@ def envelope_dict(req: Envelope) -> dict[str, Any]:
         "schema": dict(schema) if isinstance(schema, Mapping) else schema,
         "strict": req.strict,
         "constrained": req.constrained,
+        "actor": req.actor,
+        "scope": req.scope,
         "idempotency_key": req.idempotency_key,
     }
 

@@ -59,7 +59,7 @@ def constraint_args(ref: ConstraintRef) -> dict[str, Any]:
     """What the logits processor reads from `SamplingParams.extra_args["callgate"]`."""
     if dataclasses.is_dataclass(ref) and not isinstance(ref, type):
         return {f.name: getattr(ref, f.name) for f in dataclasses.fields(ref)}
-    return {"key": ref.key, "regex": ref.regex}
+    return {"key": ref.key, "grammar": ref.grammar}
 
 
 class VllmEngine:
@@ -171,6 +171,7 @@ def sampling_arguments(s: SamplingParams, room: int, constraint: ConstraintRef |
         "logit_bias": dict(s.logit_bias) if s.logit_bias else None,
         "seed": s.seed,
         "stop": list(s.stop) or None,
+        "ignore_eos": s.ignore_eos,
         "extra_args": {"callgate": constraint_args(constraint)} if constraint is not None else None,
     }
 
@@ -222,12 +223,7 @@ def engine_arguments(config: EngineConfig) -> dict[str, Any]:
 
 
 def logits_processor_classes() -> list[Any]:
-    """callgate's logits processor, once `callgate.constraints.processor` exists."""
-    import importlib.util
-
-    if importlib.util.find_spec("callgate.constraints.processor") is None:
-        log.warning("callgate.constraints.processor is not installed: decoding is unconstrained")
-        return []
+    """callgate's logits processor (callgate.decoding.processor)."""
     return [_processor_class()]
 
 
@@ -236,7 +232,7 @@ def _processor_class() -> type:
     """The vLLM adapter: vLLM's LogitsProcessor base + callgate's vllm-free ConstrainedBatch."""
     from vllm.v1.sample.logits_processor import LogitsProcessor
 
-    from callgate.constraints.processor import ConstrainedBatch
+    from callgate.decoding.processor import ConstrainedBatch
 
     class CallgateLogitsProcessor(ConstrainedBatch, LogitsProcessor):
         """Constrained decoding for requests whose `extra_args` carry a "callgate" grammar."""
