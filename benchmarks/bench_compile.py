@@ -10,14 +10,14 @@ Tool sets: `agent-12` (/work/shared/bench/agent_tools.json), `bfcl-multiple` and
 Schema by bench_parse_errors' loader: every repeat is another case), `64-tools` (the first
 64 distinct BFCL functions of the multiple, parallel and simple_python files, renamed).
 
-* callgate cold: `grammar_request` + `lark_grammar` + `llg.check` + `llg.matcher` + the first
-  `fill_next_token_bitmask` (the bitmask allocated beforehand, as a server does). Every
-  repeat renames the tools (a suffix), so no cache inside any engine can serve it. Once
-  `callgate.constraints.build` returns an object with a `grammar` attribute (the engine wired
-  into the server) the cold path is that `build` + a matcher + the first mask instead.
-* callgate warm: the same request again, served from a cache keyed by `GrammarRequest.key()`
-  holding the checked grammar's matcher: normalise + key + lookup + `deep_copy` + first mask
-  (with `build` wired: `build` again + matcher + first mask).
+* callgate cold, as a request meets it: the server's `callgate.constraints.build` (normalise,
+  `lark_grammar`, `llg.check`; its cache of checked grammars), then what the engine's logits
+  processor does (callgate.decoding.processor: a template `llg.matcher` per grammar key,
+  `deep_copy` per request) and the first `fill_next_token_bitmask` (the bitmask allocated
+  beforehand). Every repeat renames the tools (a suffix), so no cache inside any engine can
+  serve it.
+* callgate warm: the same request again: `build` from its cache + the processor's template
+  + `deep_copy` + first mask.
 * xgrammar 0.2.8: `GrammarCompiler(max_threads=2).compile_json_schema` (compact separators)
   + `GrammarMatcher` + first mask; warm: the same schema again (its compiler's cache). The
   schema is the calls as one JSON schema: anyOf of {name: const, arguments: parameters}.
@@ -68,7 +68,7 @@ TARGETS = {"cold_p50_ms": 50.0, "cold_p99_ms": 250.0, "warm_p50_ms": 1.0}
 def environment() -> dict[str, Any]:
     import llguidance
 
-    from callgate.constraints import lark_grammar
+    from callgate.constraints.lark_grammar import FAMILIES
 
     return {
         "python": platform.python_version(),
@@ -76,7 +76,7 @@ def environment() -> dict[str, Any]:
         "llguidance": getattr(llguidance, "__version__", "?"),
         "outlines_core": _version("outlines_core"),
         "xgrammar": _version("xgrammar"),
-        "families": sorted(lark_grammar.FAMILIES),
+        "families": sorted(FAMILIES),
         "load_start": [round(x, 2) for x in os.getloadavg()],
     }
 
@@ -107,7 +107,6 @@ def run(
         vocab = load(vname) if isinstance(vname, str) else vname
         progress(f"vocabulary {vocab.name}: {vocab.size} ids, {time.perf_counter() - started:.1f} s")
         engine = Engine(vocab)
-        env.setdefault("engine_path", engine.path)
         engine_cell(engine, "hermes", "required", sets[0], 1)  # warm-up, not reported
         for tools in sets:
             for fmt in args.formats:

@@ -45,10 +45,10 @@ def status_of(exc: BaseException) -> str:
 
 
 class Engine:
-    """callgate's path from a request to its first mask over one vocabulary: `path` is
-    "build" where `callgate.constraints.build` serves the Lark engine (it returns an object
-    with a `grammar` attribute), else "direct" (lark_grammar + llg, with this class's cache
-    standing in for the server's)."""
+    """callgate's path from a request to its first mask over one vocabulary, as a request
+    meets it: the server's `callgate.constraints.build` (its cache of checked grammars),
+    then what the engine's logits processor does (callgate.decoding.processor: a template
+    matcher per grammar key, `deep_copy` per request) and the first mask."""
 
     def __init__(self, vocab: Vocab) -> None:
         import llguidance.numpy
@@ -56,69 +56,36 @@ class Engine:
         self.vocab = vocab
         self.fill = llguidance.numpy.fill_next_token_bitmask
         self.mask = llguidance.numpy.allocate_token_bitmask(1, vocab.size)
-        self.cache: dict[str, Any] = {}
-        self.build = public_build(vocab)
-        self.path = "direct" if self.build is None else "build"
+        self.templates: dict[str, Any] = {}
 
     def _first_mask(self, matcher: Any) -> None:
         self.fill(matcher, self.mask, 0)
         if matcher.is_error():
             raise RuntimeError(f"the matcher is in its error state: {matcher.get_error()}")
 
+    def _build(self, fmt: str, mode: str, tools: Sequence[Mapping[str, Any]]) -> Any:
+        from callgate.constraints import build
+
+        c = build(fmt, *request_args(mode, tools), self.vocab.llg, eos_token_id=self.vocab.eos)
+        assert c is not None
+        return c
+
     def cold(self, fmt: str, mode: str, tools: Sequence[Mapping[str, Any]]) -> tuple[float, float, int]:
         """Seconds from the request to its first mask (wall, this process's CPU), and the
         grammar's length."""
         from callgate.constraints import llg
-        from callgate.constraints.lark_grammar import lark_grammar
-        from callgate.constraints.request import grammar_request
 
         start, cpu = time.perf_counter(), time.process_time()
-        if self.build is not None:
-            text = self._built(fmt, mode, tools)
-        else:
-            req = grammar_request(fmt, *request_args(mode, tools))
-            assert req is not None
-            text = lark_grammar(req, self.vocab.llg.specials)
-            llg.check(text, self.vocab.llg, "tools")
-            matcher = llg.matcher(text, self.vocab.llg)
-            self._first_mask(matcher)
-            self.cache[req.key()] = matcher
-        return time.perf_counter() - start, time.process_time() - cpu, len(text)
+        c = self._build(fmt, mode, tools)
+        template = self.templates[c.key] = llg.matcher(c.grammar, self.vocab.llg)
+        self._first_mask(template.deep_copy())
+        return time.perf_counter() - start, time.process_time() - cpu, len(c.grammar)
 
     def warm(self, fmt: str, mode: str, tools: Sequence[Mapping[str, Any]]) -> float:
-        from callgate.constraints.request import grammar_request
-
         start = time.perf_counter()
-        if self.build is not None:
-            self._built(fmt, mode, tools)
-        else:
-            req = grammar_request(fmt, *request_args(mode, tools))
-            assert req is not None
-            self._first_mask(self.cache[req.key()].deep_copy())
+        c = self._build(fmt, mode, tools)
+        self._first_mask(self.templates[c.key].deep_copy())
         return time.perf_counter() - start
-
-    def _built(self, fmt: str, mode: str, tools: Sequence[Mapping[str, Any]]) -> str:
-        """`build` + its matcher (the constraint's own where it makes one) + the first mask."""
-        from callgate.constraints import llg
-
-        assert self.build is not None
-        c = self.build(fmt, *request_args(mode, tools), self.vocab.llg, eos_token_id=self.vocab.eos)
-        make = getattr(c, "matcher", None)
-        self._first_mask(make() if callable(make) else llg.matcher(c.grammar, self.vocab.llg))
-        return str(c.grammar)
-
-
-def public_build(vocab: Vocab) -> Callable[..., Any] | None:
-    """`callgate.constraints.build` where it serves the Lark engine over an LlgVocabulary,
-    else None (the outlines-core `build` refuses one before compiling anything)."""
-    from callgate import constraints
-
-    probe = [{"type": "function", "function": {"name": "probe", "parameters": {"type": "object", "properties": {}}}}]
-    try:
-        c = constraints.build("hermes", probe, "required", None, None, vocab.llg, eos_token_id=vocab.eos)
-    except Exception:
-        return None
-    return constraints.build if hasattr(c, "grammar") else None
 
 
 def engine_cell(engine: Engine, fmt: str, mode: str, tools: ToolSet, repeats: int) -> dict[str, Any]:

@@ -98,7 +98,7 @@ def table(doc: Mapping[str, Any]) -> str:
     lines = [
         f"load average {env['load_start']} -> {env.get('load_end')}; {env['cpus']} CPUs; llguidance "
         f"{env['llguidance']}, xgrammar {env['xgrammar']}, outlines-core {env['outlines_core']}; "
-        f"{doc['repeats']} repeats (BFCL: {doc['bfcl_cases']} cases); callgate path: {env.get('engine_path')}",
+        f"{doc['repeats']} repeats (BFCL: {doc['bfcl_cases']} cases)",
         "",
         "worst over the modes: cold p50/p99 (CPU p50), ms",
         headline(doc),

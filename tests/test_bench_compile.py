@@ -120,7 +120,6 @@ def test_the_run_is_one_json_document_with_a_report(tmp_path: Path) -> None:
     }
     assert [p["engine"] for p in doc["peers"]] == ["xgrammar", "llguidance-json"]
     assert doc["env"]["load_start"] and doc["env"]["load_end"]
-    assert doc["env"]["engine_path"] in ("direct", "build")
     summary = doc["summary"]
     assert sum(summary["statuses"].values()) == 4 and summary["statuses"]["ok"] >= 2
     text = compile_report.table(doc)
