@@ -121,6 +121,21 @@ def _add_serve_flags(p: argparse.ArgumentParser) -> None:
         "--audit-log-max-bytes", type=int, default=d.audit_log_max_bytes, help="rotate the audit log at this size"
     )
     g.add_argument("--no-constrain", action="store_true", help="decode without grammars (the parser still checks)")
+    g.add_argument(
+        "--reasoning",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="whether the model writes a reasoning block (auto: its chat template mentions the format's opening tag)",
+    )
+    g.add_argument(
+        "--responses-store-max", type=int, default=d.responses_store_max, help="stored /v1/responses (0: none)"
+    )
+    g.add_argument(
+        "--responses-store-max-bytes",
+        type=int,
+        default=d.responses_store_max_bytes,
+        help="bytes of stored /v1/responses; least recently used ones are evicted beyond this",
+    )
     g = p.add_argument_group("request limits")
     g.add_argument("--max-body-bytes", type=int, default=lim.max_body_bytes, help="larger bodies get 413")
     g.add_argument("--max-messages", type=int, default=lim.max_messages, help="messages per request")
@@ -200,9 +215,12 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         audit_log=args.audit_log,
         audit_log_max_bytes=args.audit_log_max_bytes,
         constrained=not args.no_constrain,
+        reasoning={"auto": None, "on": True, "off": False}[args.reasoning],
         grammar_cache_dir=args.grammar_cache_dir,
         grammar_cache_max_bytes=args.grammar_cache_max_bytes,
         log_level=args.log_level,
+        responses_store_max=max(0, args.responses_store_max),
+        responses_store_max_bytes=max(0, args.responses_store_max_bytes),
     )
 
 

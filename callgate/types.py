@@ -22,6 +22,7 @@ class ToolCallCandidate:
     raw: str  # exact text of this call in the model output
     span: tuple[int, int]  # [start, end) character offsets of `raw` in the output
     format: str  # format name, e.g. "dsml-v4"
+    truncated: bool = False  # budget closing (max_tokens) cut its arguments short
 
 
 @dataclass(frozen=True, slots=True)

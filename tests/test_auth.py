@@ -31,7 +31,20 @@ TOOL = {
 CALL = '<tool_call>\n{"name": "ping", "arguments": {"n": 1}}\n</tool_call>'
 CHAT = {"messages": [{"role": "user", "content": "ping"}], "tools": [TOOL]}
 QUICK = {"messages": [{"role": "user", "content": "ping"}], "tasks": ["title"]}
-BODIES: dict[str, dict[str, Any]] = {"/v1/quick": QUICK, "/v1/completions": {"prompt": "ping"}}
+MESSAGES = {
+    "model": "m",
+    "max_tokens": 200,
+    "messages": [{"role": "user", "content": "ping"}],
+    "tools": [{"name": "ping", "input_schema": TOOL["function"]["parameters"]}],  # type: ignore[index]
+}
+RESPONSES = {"input": "ping", "tools": [{"type": "function", **TOOL["function"]}]}  # type: ignore[dict-item]
+BODIES: dict[str, dict[str, Any]] = {
+    "/v1/quick": QUICK,
+    "/v1/completions": {"prompt": "ping"},
+    "/v1/messages": MESSAGES,
+    "/v1/messages/count_tokens": MESSAGES,
+    "/v1/responses": RESPONSES,
+}
 
 
 @dataclass
@@ -92,7 +105,7 @@ async def test_every_route_but_health_needs_the_key(server: Server) -> None:
         "/metrics",
     }
     for method, path in [*table, ("GET", "/nowhere"), ("POST", "/v1/completions")]:
-        for headers in BAD_HEADERS:
+        for headers in BAD_HEADERS if not path.startswith("/v1/messages") else BAD_HEADERS[:-1]:
             resp = await server.call(method, path, headers)
             if path == "/health":
                 assert resp.status_code == 200
@@ -101,9 +114,14 @@ async def test_every_route_but_health_needs_the_key(server: Server) -> None:
             err = resp.json()["error"]
             assert (err["type"], err["code"]) == ("authentication_error", "invalid_api_key")
             assert KEY not in resp.text
-    for method, path in table:
-        resp = await server.call(method, path, {"Authorization": f"Bearer {KEY}"})
+    auth = {"Authorization": f"Bearer {KEY}"}
+    stored = (await server.call("POST", "/v1/responses", auth)).json()["id"]  # for /v1/responses/{response_id}
+    for method, path in sorted(table, key=lambda route: route[0] == "DELETE"):  # the stored one deleted last
+        resp = await server.call(method, path.replace("{response_id}", stored), auth)
         assert resp.status_code == 200, (method, path, resp.text)
+    for path in ("/v1/messages", "/v1/messages/count_tokens"):  # Anthropic's clients send x-api-key
+        assert (await server.call("POST", path, {"X-Api-Key": KEY})).status_code == 200
+        assert (await server.call("POST", path, {"X-Api-Key": KEY + "x"})).status_code == 401
 
 
 async def test_the_bearer_scheme_is_case_insensitive(server: Server) -> None:

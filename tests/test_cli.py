@@ -40,12 +40,14 @@ def test_flags_reach_settings() -> None:
         "--tensor-parallel-size", "2", "--pipeline-parallel-size", "3", "--dtype", "bfloat16", "--kv-cache-space", "3",
         "--validator-url", "http://127.0.0.1:9/v", "--max-repairs", "2", "--audit-log", "/tmp/a.jsonl",
         "--max-body-bytes", "1000", "--max-tools", "3", "--max-schema-depth", "4", "--max-tokens-limit", "50",
-        "--max-stop-sequences", "1", "--cpu-threads", "2",
+        "--max-stop-sequences", "1", "--cpu-threads", "2", "--responses-store-max", "7",
+        "--responses-store-max-bytes", "4096",
     )  # fmt: skip
     assert (s.model, s.model_name, s.format, s.host, s.port) == ("/models/qwen", "q", "qwen3-xml", "0.0.0.0", 9001)
     assert (s.api_key, s.max_num_seqs, s.max_model_len, s.max_queue, s.max_in_flight) == ("k", 4, 1024, 2, 6)
     assert (s.engine.tensor_parallel_size, s.engine.pipeline_parallel_size, s.engine.dtype) == (2, 3, "bfloat16")
     assert (s.validator_url, s.max_repairs, s.audit_log) == ("http://127.0.0.1:9/v", 2, "/tmp/a.jsonl")
+    assert (s.responses_store_max, s.responses_store_max_bytes) == (7, 4096)
     lim = s.limits
     assert (lim.max_body_bytes, lim.max_tools, lim.max_schema_depth, lim.max_tokens, lim.max_stop_sequences) == (
         1000,

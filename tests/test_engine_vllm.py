@@ -20,6 +20,7 @@ class FakeCompletion:
     text: str
     token_ids: list[int]
     finish_reason: str | None = None
+    stop_reason: int | str | None = None  # vLLM's: the stop string or stop token id that ended it
 
 
 @dataclass
@@ -62,6 +63,13 @@ async def test_delta_outputs_become_token_deltas_with_cumulative_counts() -> Non
     assert out[-1].token_ids == (9,)
     assert all(d.prompt_tokens == 7 for d in out)
     assert out[-1].cached_tokens == 0
+    assert out[-1].stop_string is None  # ended by EOS
+
+
+async def test_the_stop_string_that_ended_the_output_is_carried() -> None:
+    by_string = await deltas([FakeRequestOutput([FakeCompletion("Hi", [1], "stop", "END")], finished=True)])
+    by_token = await deltas([FakeRequestOutput([FakeCompletion("Hi", [1], "stop", 42)], finished=True)])
+    assert (by_string[-1].stop_string, by_token[-1].stop_string) == ("END", None)
 
 
 async def test_cached_tokens_are_reported() -> None:
@@ -134,9 +142,8 @@ def test_environment_from_config() -> None:
 @pytest.mark.slow
 def test_logits_processor_adapter_is_a_vllm_processor_and_pickles_by_name() -> None:
     pytest.importorskip("vllm")
-    from vllm.v1.sample.logits_processor import LogitsProcessor
-
     from callgate.constraints.processor import ConstrainedBatch
+    from vllm.v1.sample.logits_processor import LogitsProcessor
 
     cls: Any = vllm_engine.CallgateLogitsProcessor
     assert issubclass(cls, LogitsProcessor) and issubclass(cls, ConstrainedBatch)

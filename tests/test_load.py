@@ -3,7 +3,8 @@
 Knows: how to start and stop a server process (`ServerProcess`, also used by the shutdown
 and API-fuzz tests), how to read its /health, /metrics and resident memory, and what a
 complete answer or a clear error looks like at the wire.
-Checks: at 4x the batch size with a mix of streaming, tool calls, /v1/completions and invalid requests
+Checks: at 4x the batch size with a mix of streaming, tool calls, /v1/completions, /v1/responses and invalid
+requests
 every request gets exactly one complete answer or one clear error and nothing hangs;
 queue overflow answers 429 before any generation could finish; memory comes back to its
 starting level; a disconnect storm leaves no running generation and each dropped stream
@@ -172,8 +173,9 @@ def error_kind(resp: httpx.Response) -> str:
 
 def run_request(client: httpx.Client, kind: str, extra: Mapping[str, Any] | None = None) -> Outcome:
     """Send one request of `kind` ("call", "stream", "invalid_json", "invalid_schema" to chat
-    completions, "completion" / "completion_stream" of the prompt "ping" to /v1/completions),
-    with `extra` body fields on the valid chat ones, and classify what came back."""
+    completions, "completion" / "completion_stream" of the prompt "ping" to /v1/completions,
+    "response" / "response_stream" of the same call to /v1/responses), with `extra` body
+    fields on the valid chat ones, and classify what came back."""
     body = {"messages": ASK, "tools": [TOOL], **(extra or {})}
     start = time.monotonic()
     try:
@@ -184,6 +186,13 @@ def run_request(client: httpx.Client, kind: str, extra: Mapping[str, Any] | None
                 return Outcome("completion" if whole else "incomplete", 200, time.monotonic() - start)
         elif kind == "completion_stream":
             return _completion_stream(client, start)
+        elif kind == "response":
+            resp = client.post("/v1/responses", json=RESPONSES_BODY)
+            if resp.status_code == 200:
+                calls = [i["call_id"] for i in resp.json()["output"] if i["type"] == "function_call"]
+                return Outcome("response", 200, time.monotonic() - start, tuple(calls))
+        elif kind == "response_stream":
+            return _response_stream(client, start)
         elif kind == "invalid_json":
             resp = client.post("/v1/chat/completions", content=b'{"messages": [', headers=JSON)
         elif kind == "invalid_schema":
@@ -203,6 +212,22 @@ def run_request(client: httpx.Client, kind: str, extra: Mapping[str, Any] | None
 
 
 JSON = {"content-type": "application/json"}
+RESPONSES_BODY = {"input": ASK, "tools": [{"type": "function", **TOOL["function"]}], "store": False}
+
+
+def _response_stream(client: httpx.Client, start: float) -> Outcome:
+    with client.stream("POST", "/v1/responses", json={**RESPONSES_BODY, "stream": True}) as resp:
+        if resp.status_code != 200:
+            resp.read()
+            return Outcome(error_kind(resp), resp.status_code, time.monotonic() - start)
+        events = [json.loads(line[6:]) for line in resp.iter_lines() if line.startswith("data: ")]
+    latency_s = time.monotonic() - start
+    if not events or events[-1]["type"] != "response.completed":
+        return Outcome("incomplete", 200, latency_s)
+    calls = [
+        e["item"]["call_id"] for e in events if e["type"] == "response.output_item.done" and "call_id" in e["item"]
+    ]
+    return Outcome("response_stream", 200, latency_s, tuple(calls))
 
 
 def _stream(client: httpx.Client, start: float, body: Mapping[str, Any]) -> Outcome:
@@ -287,14 +312,19 @@ def test_mixed_load_at_four_times_the_batch(tmp_path: Path) -> None:
     with serve_fake(tmp_path, [CALL], *flags, token_delay_s=TOKEN_DELAY_S) as server:
         load(server.base, 2, 2, ["call"])  # warm-up: first imports, first compile
         rss_before = server.rss_bytes()
-        mix = ["call", "stream", "invalid_json", "completion", "completion_stream", "invalid_schema"]
-        run = load(server.base, 4 * BATCH, 6, mix)
+        mix = [
+            *("call", "stream", "invalid_json", "completion", "response"),
+            *("completion_stream", "response_stream", "invalid_schema"),
+        ]
+        run = load(server.base, 4 * BATCH, len(mix), mix)
         kinds = run.kinds()
-        answers = {"answer", "stream", "completion", "completion_stream"}
+        answers = {"answer", "stream", "completion", "completion_stream", "response", "response_stream"}
         assert set(kinds) <= answers | {"invalid_request_error", "rate_limit_error"}, kinds
         assert all(kinds[k] for k in answers) and kinds["rate_limit_error"], kinds
-        assert kinds["invalid_request_error"] == 16  # 2 of every 6 requests: always refused, never queued
-        assert all(len(o.call_ids) == 1 for o in run.outcomes if o.kind in ("answer", "stream"))
+        assert kinds["invalid_request_error"] == 16  # 2 of every 8 requests: always refused, never queued
+        assert all(
+            len(o.call_ids) == 1 for o in run.outcomes if o.kind in answers - {"completion", "completion_stream"}
+        )
         one_generation_s = 60 * TOKEN_DELAY_S
         assert all(o.latency_s < one_generation_s for o in run.outcomes if o.status == 429)
         assert all(o.status == 400 for o in run.outcomes if o.kind == "invalid_request_error")

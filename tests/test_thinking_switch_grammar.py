@@ -18,11 +18,11 @@ from typing import Any
 
 import pytest
 import torch
+from callgate.constraints.processor import ConstrainedBatch, TokenTable
 
 import callgate.constraints as constraints
 from callgate.constraints.free_text import CALL as CALL_PHASE
 from callgate.constraints.grammar import free_text
-from callgate.constraints.processor import ConstrainedBatch, TokenTable
 from callgate.constraints.request import grammar_request
 from tests import test_server_app
 from tests.test_server_app import ASK, MODEL, WEATHER, make_settings

@@ -26,7 +26,9 @@ remain only as benchmarks/bench_compile.py's baseline.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
+import weakref
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -218,9 +220,13 @@ async def build_async(
     specials: Mapping[int, str] | None = None,
     thinking: Thinking = None,
     timeout_s: float = 5.0,
+    actor: str | None = None,
 ) -> Constraint | None:
     """`build` off the event loop: a cached grammar never waits for a worker; a compile runs
-    in the compile pool (compile_pool.py, two workers) with its time limit."""
+    in the compile pool (compile_pool.py, two workers) with its time limit. An `actor` (the
+    request's identified client) holds at most one worker at a time: its other compiles
+    queue behind it, so one client's schemas cannot take the capacity of the others (a
+    compile is milliseconds, and llguidance's parser limits bound its work)."""
     loop = asyncio.get_running_loop()
 
     def plan_or_hit() -> _Plan | Constraint | None:
@@ -232,7 +238,21 @@ async def build_async(
     if not isinstance(found, _Plan):
         return found
     plan = found
-    result: Constraint = await _POOL.run(
-        plan.slot, lambda job: _compile(plan, job), timeout_s=timeout_s, param=plan.param
-    )
+    async with _turn_of(actor):
+        result: Constraint = await _POOL.run(
+            plan.slot, lambda job: _compile(plan, job), timeout_s=timeout_s, param=plan.param
+        )
     return result
+
+
+_ACTORS: weakref.WeakValueDictionary[str, asyncio.Semaphore] = weakref.WeakValueDictionary()
+
+
+def _turn_of(actor: str | None) -> asyncio.Semaphore | contextlib.nullcontext[None]:
+    """One compile at a time for an identified actor; no limit for anonymous requests."""
+    if not actor or actor == "anonymous":
+        return contextlib.nullcontext()
+    found = _ACTORS.get(actor)
+    if found is None:
+        found = _ACTORS[actor] = asyncio.Semaphore(1)
+    return found

@@ -20,7 +20,8 @@ Budget closing (closing.py): in a row's last `BOUND` tokens, a closing plan (the
 end the grammar from the row's state, planned on a byte-vocabulary twin of its matcher) is
 kept up to date; once the tokens left no longer exceed the plan's tokens plus EOS plus a margin
 (`SLACK`: what one free token may add to a plan), the row follows the plan, token by
-token, then EOS. So an output never ends mid-call at max_tokens:
+token, then EOS, and marks its request (closing_marks.py: the server flags the call it cut
+`truncated` and answers `finish_reason: "length"`). So an output never ends mid-call at max_tokens:
 a value the model would not close is cut short so that the call closes (the server then
 says `finish_reason: "length"`). Once a whole call is written (the grammar accepts and the
 row has passed its trigger, or the grammar needs a call) and the tokens left could not hold
@@ -35,6 +36,7 @@ to that file (constraints/step_log.py), readable from outside vLLM's engine proc
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections import OrderedDict
 from collections.abc import Mapping
@@ -47,6 +49,7 @@ import torch
 
 from callgate.constraints.llg import LlgVocabulary, matcher
 from callgate.constraints.step_log import StepLog
+from callgate.decoding import closing_marks
 from callgate.decoding.closing import closing_plan, format_closers
 from callgate.decoding.timings import STEP_TIMINGS, MaskTimings, mask_time_summary
 from callgate.kernels import apply_token_bitmask, apply_token_bitmask_rows
@@ -73,6 +76,7 @@ class RowSpec:
     trigger: str | None = None
     budget_closing: bool = True
     needs_call: bool = False  # required / named: an accepting state holds a whole call
+    request_id: str = ""  # for closing_marks
 
 
 def row_spec(extra_args: Mapping[str, Any] | None) -> RowSpec | None:
@@ -90,7 +94,16 @@ def row_spec(extra_args: Mapping[str, Any] | None) -> RowSpec | None:
     plain = raw.get("plain")
     mode = raw.get("mode")
     closing = raw.get("budget_closing") is not False
-    return RowSpec(key, grammar, str(plain or grammar), trigger or None, closing, mode in ("required", "named"))
+    request_id = raw.get("request_id")
+    return RowSpec(
+        key,
+        grammar,
+        str(plain or grammar),
+        trigger or None,
+        closing,
+        mode in ("required", "named"),
+        request_id if isinstance(request_id, str) else "",
+    )
 
 
 @dataclass(slots=True)
@@ -131,6 +144,7 @@ class ConstrainedBatch:
         self.budget_ns = 0
         self.masked = 0
         self._host = torch.zeros(0, 0, dtype=torch.int32)
+        self.closing_dir = os.environ.get(closing_marks.ENV)
 
     def load_tokens(self) -> LlgVocabulary:
         """The served model's tokens. Default: the tokenizer folder named in vllm_config
@@ -299,6 +313,8 @@ class ConstrainedBatch:
         if plan is None or left > len(plan) + 1 + SLACK:
             return None
         row.plan = plan[1:]  # committed: a plan re-made mid-marker would lose its way
+        if self.closing_dir and row.spec.request_id:
+            closing_marks.mark(self.closing_dir, row.spec.request_id)
         return plan[0] if plan else eos
 
     def _call_cost(self, row: Row) -> int | None:

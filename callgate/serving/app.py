@@ -1,7 +1,9 @@
 """The ASGI application: `create_app(settings, engine=..., validator=...)`.
 
 Knows: how the parts are wired (engine, validator, chat service, metrics, routes), the
-API-key check, and how every error reaches the client as OpenAI's error body.
+API-key check (`Authorization: Bearer KEY`; Anthropic's `x-api-key: KEY` on its paths), and how every
+error reaches the client: as OpenAI's error body, or on the Anthropic paths (/v1/messages...)
+as Anthropic's, with its retry headers (anthropic_errors.py).
 Does not know: how an engine or validator is built from the CLI (`__main__` does that),
 the chat flow, or the wire shapes.
 """
@@ -12,8 +14,9 @@ import asyncio
 import contextlib
 import hmac
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
+from typing import Any
 
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse
@@ -21,10 +24,13 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from callgate.errors import AuthenticationError, CallgateError, ShuttingDownError
-from callgate.serving import sse
+from callgate.serving import anthropic_errors, sse
+from callgate.serving.anthropic_routes import build_messages_router, is_anthropic_path
 from callgate.serving.chat import ChatFailure, ChatService
 from callgate.serving.engine import Engine
 from callgate.serving.metrics import Metrics
+from callgate.serving.responses_routes import build_responses_router
+from callgate.serving.responses_store import ResponseStore
 from callgate.serving.routes import build_router
 from callgate.serving.settings import Settings
 from callgate.serving.validation import JsonSchemaValidator, Validator
@@ -54,6 +60,9 @@ def create_app(settings: Settings, *, engine: Engine, validator: Validator | Non
     app = FastAPI(title="callgate", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url="/openapi.json")
     app.state.service = service
     app.include_router(build_router(service, metrics))
+    app.state.responses = ResponseStore(settings.responses_store_max, settings.responses_store_max_bytes)
+    app.include_router(build_responses_router(service, app.state.responses))
+    app.include_router(build_messages_router(service))
     _install_error_handlers(app)
     app.add_middleware(_Gate, api_key=settings.api_key, metrics=metrics)
     return app
@@ -81,9 +90,8 @@ class _Gate:
             return
         route = _route_label(scope["path"])
         if self._expected is not None and scope["path"] not in _OPEN_PATHS and not self._authorised(scope):
-            await _error(AuthenticationError("missing or invalid API key", code="invalid_api_key"))(
-                scope, receive, send
-            )
+            err = AuthenticationError("missing or invalid API key", code="invalid_api_key")
+            await _error(err, scope["path"])(scope, receive, send)
             self._metrics.request(route, 401)
             return
         status = 500
@@ -104,28 +112,36 @@ class _Gate:
             # Only uvicorn cancels a request task: the server is stopping and its grace period
             # is over. The client gets a clear ending instead of a bare 500 or a cut stream.
             status = 503 if not started else status
-            await _shutting_down(send, started, streaming)
+            await _shutting_down(send, started, streaming, scope["path"])
         finally:
             self._metrics.request(route, status)
 
     def _authorised(self, scope: Scope) -> bool:
-        """`Authorization: Bearer KEY`, the scheme in any case (RFC 9110 section 11.1)."""
+        """`Authorization: Bearer KEY`, the scheme in any case (RFC 9110 section 11.1); on
+        the Anthropic paths `x-api-key: KEY` instead where sent, as Anthropic's clients do."""
         assert self._expected is not None
-        given = next((v for k, v in scope["headers"] if k == b"authorization"), b"")
-        scheme, _, key = given.partition(b" ")
+        headers = dict(scope["headers"])
+        if b"x-api-key" in headers and is_anthropic_path(scope["path"]):
+            return hmac.compare_digest(headers[b"x-api-key"], self._expected)
+        scheme, _, key = headers.get(b"authorization", b"").partition(b" ")
         matches = hmac.compare_digest(key, self._expected)  # always: constant time whatever was sent
         return matches and scheme.lower() == b"bearer"
 
 
-async def _shutting_down(send: Send, started: bool, streaming: bool) -> None:
+async def _shutting_down(send: Send, started: bool, streaming: bool, path: str) -> None:
     """End a request cancelled by the server's shutdown: a 503 error, or (a stream already
     under way) a terminal SSE error event and `[DONE]`."""
     err = ShuttingDownError()
     if started:
-        body = sse.error_event(err.to_body()) + sse.DONE if streaming else b""
+        if not streaming:
+            body = b""
+        elif is_anthropic_path(path):
+            body = sse.named_event("error", anthropic_errors.error_body(err))
+        else:
+            body = sse.error_event(err.to_body()) + sse.DONE
         await send({"type": "http.response.body", "body": body})
         return
-    response = _error(err)
+    response = _error(err, path)
     await send({"type": "http.response.start", "status": 503, "headers": response.raw_headers})
     await send({"type": "http.response.body", "body": response.body})
 
@@ -133,19 +149,21 @@ async def _shutting_down(send: Send, started: bool, streaming: bool) -> None:
 def _install_error_handlers(app: FastAPI) -> None:
     async def callgate_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, CallgateError)
-        return _error(exc)
+        return _error(exc, request.url.path)
 
     async def chat_failure(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, ChatFailure)
+        if is_anthropic_path(request.url.path):
+            return _error(exc.error, request.url.path, exc.callgate)
         return JSONResponse(exc.body(), status_code=exc.error.status, headers=exc.error.headers())
 
     async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
-        return _error(CallgateError.for_status(exc.status_code, str(exc.detail)))
+        return _error(CallgateError.for_status(exc.status_code, str(exc.detail)), request.url.path)
 
     async def unexpected(request: Request, exc: Exception) -> Response:
         log.exception("unhandled error on %s", request.url.path)
-        return _error(CallgateError("internal server error", code="internal_error"))
+        return _error(CallgateError("internal server error", code="internal_error"), request.url.path)
 
     app.add_exception_handler(CallgateError, callgate_error)
     app.add_exception_handler(ChatFailure, chat_failure)
@@ -153,12 +171,28 @@ def _install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(Exception, unexpected)
 
 
-def _error(exc: CallgateError) -> JSONResponse:
-    """OpenAI's error body, with the headers that say whether a retry can help (errors.py)."""
+def _error(exc: CallgateError, path: str, callgate: Mapping[str, Any] | None = None) -> JSONResponse:
+    """The surface's error body (Anthropic's on its paths, else OpenAI's), with the headers
+    that say whether a retry can help (errors.py)."""
+    if is_anthropic_path(path):
+        body = anthropic_errors.error_body(exc, callgate)
+        return JSONResponse(body, status_code=exc.status, headers=exc.headers() or anthropic_errors.retry_headers(exc))
     return JSONResponse(exc.to_body(), status_code=exc.status, headers=exc.headers())
 
 
-_ROUTE_LABELS = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/quick", "/v1/models", "/health", "/metrics"})
+_ROUTE_LABELS = frozenset(
+    {
+        "/v1/chat/completions",
+        "/v1/completions",
+        "/v1/responses",
+        "/v1/messages",
+        "/v1/messages/count_tokens",
+        "/v1/quick",
+        "/v1/models",
+        "/health",
+        "/metrics",
+    }
+)
 
 
 def _route_label(path: str) -> str:
@@ -166,4 +200,6 @@ def _route_label(path: str) -> str:
     paths cannot grow the series without bound)."""
     if path in _ROUTE_LABELS:
         return path
+    if path.startswith("/v1/responses/"):
+        return "/v1/responses/{id}"
     return "/v1/models/{model}" if path.startswith("/v1/models/") else "other"

@@ -79,7 +79,8 @@ class TokenDelta:
 
     `token_ids` are the new tokens; `finish_reason` is set on the last delta only;
     the token counts are cumulative for the request; `cached_tokens` is how many prompt
-    tokens came from the prefix cache.
+    tokens came from the prefix cache; `stop_string`, on the last delta, is the stop string
+    (SamplingParams.stop) that ended the output, if one did.
     """
 
     text: str
@@ -88,6 +89,7 @@ class TokenDelta:
     prompt_tokens: int
     completion_tokens: int
     cached_tokens: int = 0
+    stop_string: str | None = None
 
 
 class Tokenizer(Protocol):

@@ -109,11 +109,13 @@ class _Stream:
     text: str = ""
     emitted: int = 0
     stopped: bool = False
+    matched: str | None = None  # the stop string that ended the output
 
     def push(self, chunk: str) -> str:
         self.text += chunk
-        hit = min((i for i in (self.text.find(s) for s in self.stop if s) if i >= 0), default=-1)
-        if hit >= 0:
+        hits = [(i, s) for s in self.stop if s and (i := self.text.find(s)) >= 0]
+        if hits:
+            hit, self.matched = min(hits)
             self.stopped = True
             return self._emit_to(hit)
         return self._emit_to(len(self.text) - self._held_back())
@@ -237,7 +239,8 @@ class FakeEngine:
             ids = tuple(self.tokenizer.encode(chunk, ((0, len(chunk)),)))
             finish = "stop" if stream.stopped else ("length" if n >= req.sampling.max_tokens else None)
             if finish is not None:
-                yield TokenDelta(text + ("" if stream.stopped else stream.flush()), ids, finish, n_prompt, n, cached)
+                tail = "" if stream.stopped else stream.flush()
+                yield TokenDelta(text + tail, ids, finish, n_prompt, n, cached, stream.matched)
                 return
             yield TokenDelta(text, ids, None, n_prompt, n, cached)
         if reply.error is not None:

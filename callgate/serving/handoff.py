@@ -53,6 +53,7 @@ async def validate_all(
             actor=actor,
             scope=scope,
             idempotency_key=idempotency_key(actor, c.name, c.arguments, scope),
+            truncated=c.truncated,
             strict=req.is_strict(c.name),
         )
         return await validator.validate(envelope)

@@ -39,6 +39,7 @@ def candidate_dict(c: ToolCallCandidate) -> dict[str, Any]:
         "raw": c.raw,
         "span": list(c.span),
         "format": c.format,
+        "truncated": c.truncated,
     }
 
 

@@ -1,4 +1,4 @@
-"""Server-sent events framing for streamed chat completions.
+"""Server-sent events framing for streamed responses.
 
 Knows: the bytes of a data event, a terminal error event and the `[DONE]` sentinel, as
 OpenAI clients read them (the official client raises on an `error` event's body).
@@ -19,6 +19,11 @@ HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 def data_event(payload: Mapping[str, Any]) -> bytes:
     """One `data:` event holding a JSON object on a single line."""
     return b"data: " + _json(payload) + b"\n\n"
+
+
+def named_event(name: str, payload: Mapping[str, Any]) -> bytes:
+    """An `event: NAME` event with a JSON `data:` line (Anthropic's stream events)."""
+    return b"event: " + name.encode() + b"\ndata: " + _json(payload) + b"\n\n"
 
 
 def error_event(body: Mapping[str, Any]) -> bytes:

@@ -29,7 +29,8 @@ class StopFilter:
     """Per-request: `feed(events)` passes the events up to the first stop string (cut
     before it, the stop string excluded) and sets `stopped`; after that it passes nothing.
     `finish(events)` also releases held-back text. `result()` is the ParseResult of the
-    passed events (the output as if generation had ended at the stop string)."""
+    passed events (the output as if generation had ended at the stop string); `matched` is
+    the stop string that ended it."""
 
     def __init__(self, stop: Sequence[str]) -> None:
         self._stop = tuple(s for s in stop if s)
@@ -37,6 +38,7 @@ class StopFilter:
         self._held_kind: type[_Text] = TextDelta
         self._builder = ResultBuilder()
         self.stopped = False
+        self.matched: str | None = None
 
     def feed(self, events: Sequence[Event]) -> list[Event]:
         out: list[Event] = []
@@ -66,8 +68,9 @@ class StopFilter:
             self._release(out)
             self._held_kind = type(ev)
         text = self._held + ev.text
-        hit = min((i for i in (text.find(s) for s in self._stop) if i >= 0), default=-1)
-        if hit >= 0:
+        hits = [(i, s) for s in self._stop if (i := text.find(s)) >= 0]
+        if hits:
+            hit, self.matched = min(hits)
             self.stopped = True
             self._held = ""
             if hit:

@@ -124,6 +124,12 @@ class HfTokenizer:
                 vocab.setdefault(data, []).append(int(token_id))
         return vocab
 
+    @property
+    def chat_template(self) -> str | None:
+        """The model's own chat template (tokenizer_config.json or chat_template.jinja)."""
+        template = getattr(self._tok, "chat_template", None)
+        return template if isinstance(template, str) else None
+
     def special_tokens(self) -> dict[int, str]:
         """The texts of the added tokens (special or not: llguidance reads each as one
         token), by id."""
@@ -144,6 +150,15 @@ def special_tokens(tokenizer: Any) -> dict[int, str]:
     """A Tokenizer's special-token texts by id; {} for one that names none (tests' fakes)."""
     found = getattr(tokenizer, "special_tokens", None)
     return dict(found()) if callable(found) else {}
+
+
+def writes_reasoning(tokenizer: Any, opening: str | None) -> bool:
+    """Whether a model writes a reasoning block opened by `opening`, as its chat template
+    says (the tag appears in it); True when the tokenizer has no template to read."""
+    if opening is None:
+        return False
+    template = getattr(tokenizer, "chat_template", None)
+    return not isinstance(template, str) or opening in template
 
 
 def _byte_level(tok: Any) -> bool:

@@ -191,6 +191,7 @@ class ValidationRequest:
     scope: str
     idempotency_key: str
     strict: bool = False
+    truncated: bool = False  # budget closing cut its arguments short (max_tokens)
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,6 +239,7 @@ def envelope_dict(req: Envelope) -> dict[str, Any]:
         "actor": req.actor,
         "scope": req.scope,
         "idempotency_key": req.idempotency_key,
+        "truncated": bool(getattr(req, "truncated", False)),
     }
 
 

@@ -19,6 +19,7 @@ import dataclasses
 import gc
 import logging
 import os
+import tempfile
 import time
 from collections.abc import AsyncGenerator, Mapping
 from functools import cache
@@ -26,6 +27,7 @@ from typing import Any
 
 import anyio
 
+from callgate.decoding import closing_marks
 from callgate.errors import EngineError, InvalidRequestError
 from callgate.serving.engine import ConstraintRef, EngineConfig, GenerationRequest, SamplingParams, TokenDelta
 from callgate.serving.tokenizer import HfTokenizer
@@ -72,12 +74,16 @@ class VllmEngine:
         self.config = config
         self.model_name = config.served_model_name
         self.max_model_len = config.max_model_len
+        self.closing_dir = os.environ.get(closing_marks.ENV)  # set by `start`, read by the processor
 
     @classmethod
     def start(cls, config: EngineConfig, env: Mapping[str, str] | None = None) -> VllmEngine:
         """Apply `env` (default: `environment(config)`), import vllm, load the model and start
         the engine: blocking, seconds to a minute (vLLM compiles the model on a CPU)."""
         apply_environment(environment(config) if env is None else env)
+        # where the processor marks requests budget closing cut short (closing_marks.py);
+        # the engine core, another process on a GPU, inherits the environment
+        os.environ.setdefault(closing_marks.ENV, tempfile.mkdtemp(prefix="callgate-closing-"))
         started = time.perf_counter()
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
@@ -149,11 +155,13 @@ class VllmEngine:
                 param="messages",
                 code="context_length_exceeded",
             )
-        args = sampling_arguments(req.sampling, room, req.constraint)
+        args = sampling_arguments(req.sampling, room, req.constraint, req.request_id)
         return VllmSamplingParams(**args, output_kind=RequestOutputKind.DELTA)
 
 
-def sampling_arguments(s: SamplingParams, room: int, constraint: ConstraintRef | None) -> dict[str, Any]:
+def sampling_arguments(
+    s: SamplingParams, room: int, constraint: ConstraintRef | None, request_id: str = ""
+) -> dict[str, Any]:
     """vLLM `SamplingParams` keywords for `s` with at most `room` new tokens. vLLM applies
     `logit_bias` in a built-in logits processor that runs before callgate's (custom ones come
     after the built-ins), and the grammar mask then writes -inf over every forbidden token,
@@ -172,7 +180,9 @@ def sampling_arguments(s: SamplingParams, room: int, constraint: ConstraintRef |
         "seed": s.seed,
         "stop": list(s.stop) or None,
         "ignore_eos": s.ignore_eos,
-        "extra_args": {"callgate": constraint_args(constraint)} if constraint is not None else None,
+        "extra_args": {"callgate": {**constraint_args(constraint), "request_id": request_id}}
+        if constraint is not None
+        else None,
     }
 
 
@@ -194,7 +204,8 @@ async def _deltas(stream: AsyncGenerator[Any, None], n_prompt: int) -> AsyncGene
         completion_tokens += len(choice.token_ids)
         finish = str(choice.finish_reason) if out.finished else None
         cached = out.num_cached_tokens or 0
-        yield TokenDelta(choice.text, tuple(choice.token_ids), finish, n_prompt, completion_tokens, cached)
+        stop = choice.stop_reason if out.finished and isinstance(choice.stop_reason, str) else None
+        yield TokenDelta(choice.text, tuple(choice.token_ids), finish, n_prompt, completion_tokens, cached, stop)
         if out.finished:
             return
     yield TokenDelta("", (), "abort", n_prompt, completion_tokens)

@@ -1,0 +1,80 @@
+"""HTTP routes of the Anthropic surface: `POST /v1/messages` and
+`POST /v1/messages/count_tokens` (Claude Code posts them with `?beta=true` and the
+`anthropic-version` / `anthropic-beta` headers, all accepted and not needed).
+
+Knows: which translator and renderer answer each route (anthropic_request.py,
+anthropic_response.py) around the one chat service, and the body, model, disconnect and
+slot handling it shares with chat completions (routes.py). Does not know: the chat flow,
+the error shape (app.py renders errors on these paths with anthropic_errors.py).
+"""
+
+from __future__ import annotations
+
+import anyio
+from fastapi import APIRouter, Request, Response
+from fastapi.responses import JSONResponse, StreamingResponse
+from starlette.background import BackgroundTask
+
+from callgate.serving import anthropic_response, sse
+from callgate.serving.anthropic_request import parse_count_tokens_request, parse_messages_request
+from callgate.serving.anthropic_wire import CountTokensWire, MessagesWire
+from callgate.serving.chat import ChatService
+from callgate.serving.conform import conform_chat
+from callgate.serving.prompt import build_prompt
+from callgate.serving.protocol import openapi_body
+from callgate.serving.routes import _check_served, _read_body, _unless_disconnected
+
+PATH_PREFIX = "/v1/messages"
+
+
+def is_anthropic_path(path: str) -> bool:
+    """Whether `path` is on the Anthropic surface (its errors take Anthropic's shape)."""
+    return path == PATH_PREFIX or path.startswith(PATH_PREFIX + "/")
+
+
+def build_messages_router(service: ChatService) -> APIRouter:
+    settings = service.settings
+    router = APIRouter()
+
+    @router.post(PATH_PREFIX, openapi_extra=openapi_body(MessagesWire))
+    async def messages(request: Request) -> Response:
+        body = await _read_body(request, settings.limits.max_body_bytes)
+        parsed = parse_messages_request(body, settings.limits, settings.format)
+        req = parsed.chat
+        _check_served(req.model, settings.model_name)
+        extra = {"ignored_tools": list(parsed.ignored_tools)} if parsed.ignored_tools else None
+        turn = await service.start(req)
+        if req.stream:
+            return StreamingResponse(
+                anthropic_response.stream(turn, service.events(turn), extra),
+                media_type=sse.MEDIA_TYPE,
+                headers=sse.HEADERS,
+                background=BackgroundTask(turn.close),
+            )
+        try:
+            result = await _unless_disconnected(request, anthropic_response.message(turn, service.events(turn), extra))
+        finally:
+            turn.close()
+        if result is None:
+            return Response(status_code=499)
+        return JSONResponse(result)
+
+    @router.post(PATH_PREFIX + "/count_tokens", openapi_extra=openapi_body(CountTokensWire))
+    async def count_tokens(request: Request) -> JSONResponse:
+        """The tokens of the prompt the request renders to (system, tools and messages, as
+        the served format writes them); 400 where a /v1/messages request would get one."""
+        body = await _read_body(request, settings.limits.max_body_bytes)
+        req = conform_chat(settings.format, parse_count_tokens_request(body, settings.limits, settings.format))
+        _check_served(req.model, settings.model_name)
+        prompt = await anyio.to_thread.run_sync(  # tokenising is CPU work: off the event loop
+            build_prompt,
+            settings.format,
+            req,
+            req.messages,
+            service.engine.tokenizer,
+            service.engine.max_model_len,
+            settings.limits.default_max_tokens,
+        )
+        return JSONResponse({"input_tokens": len(prompt.ids)})
+
+    return router
