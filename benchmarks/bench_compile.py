@@ -15,7 +15,7 @@ Schema by bench_parse_errors' loader: every repeat is another case), `64-tools` 
   processor does (callgate.decoding.processor: a template `llg.matcher` per grammar key,
   `deep_copy` per request) and the first `fill_next_token_bitmask` (the bitmask allocated
   beforehand). Every repeat renames the tools (a suffix), so no cache inside any engine can
-  serve it.
+  serve it (and `build`'s cache is emptied first: `none` holds no tool to rename).
 * callgate warm: the same request again: `build` from its cache + the processor's template
   + `deep_copy` + first mask.
 * xgrammar 0.2.8: `GrammarCompiler(max_threads=2).compile_json_schema` (compact separators)

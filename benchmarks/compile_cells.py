@@ -73,8 +73,12 @@ class Engine:
     def cold(self, fmt: str, mode: str, tools: Sequence[Mapping[str, Any]]) -> tuple[float, float, int]:
         """Seconds from the request to its first mask (wall, this process's CPU), and the
         grammar's length."""
+        from callgate import constraints
         from callgate.constraints import llg
 
+        # `none` holds no tool, so renaming cannot make it a fresh request: forget what
+        # `build` holds (the cache's contents, not its code) before every cold one
+        constraints.CACHE.entries.clear()
         start, cpu = time.perf_counter(), time.process_time()
         c = self._build(fmt, mode, tools)
         template = self.templates[c.key] = llg.matcher(c.grammar, self.vocab.llg)
