@@ -136,6 +136,12 @@ def _add_serve_flags(p: argparse.ArgumentParser) -> None:
         default=d.responses_store_max_bytes,
         help="bytes of stored /v1/responses; least recently used ones are evicted beyond this",
     )
+    g.add_argument(
+        "--no-recover-calls",
+        action="store_true",
+        help="under tool_choice auto, return a call written as JSON outside the call markup as the text it is "
+        "(default: ask for it again under that tool's grammar, one repair round)",
+    )
     g = p.add_argument_group("request limits")
     g.add_argument("--max-body-bytes", type=int, default=lim.max_body_bytes, help="larger bodies get 413")
     g.add_argument("--max-messages", type=int, default=lim.max_messages, help="messages per request")
@@ -216,6 +222,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         audit_log_max_bytes=args.audit_log_max_bytes,
         constrained=not args.no_constrain,
         reasoning={"auto": None, "on": True, "off": False}[args.reasoning],
+        recover_calls=not args.no_recover_calls,
         grammar_cache_dir=args.grammar_cache_dir,
         grammar_cache_max_bytes=args.grammar_cache_max_bytes,
         log_level=args.log_level,

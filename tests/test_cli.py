@@ -28,8 +28,9 @@ def test_serve_without_arguments_is_the_embedded_model_in_hermes_on_loopback() -
     s = _settings()
     assert (s.model, s.format, s.host, s.port) == (None, "hermes", "127.0.0.1", 8000)
     assert s.model_name == "smollm2-135m-instruct"
-    assert s.api_key is None and s.max_repairs == 1 and s.trust_actor_header is False
+    assert s.api_key is None and s.max_repairs == 1 and s.trust_actor_header is False and s.recover_calls
     assert _settings("--trust-actor-header").trust_actor_header is True
+    assert not _settings("--no-recover-calls").recover_calls
     assert _settings("--model", "embedded:smollm2-135m-instruct").model_name == "smollm2-135m-instruct"
 
 

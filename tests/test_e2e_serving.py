@@ -373,3 +373,51 @@ def test_quick_route_on_the_real_model(server: str) -> None:
     assert again["usage"]["prompt_tokens_details"]["cached_tokens"] > 0
     bad = httpx.post(f"{server}/v1/quick", json={**body, "tasks": ["poem"]}, timeout=30)
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "tasks"
+
+
+CITY = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Current weather in a city",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}},
+            "required": ["city"],
+            "additionalProperties": False,
+        },
+    },
+}
+
+
+def test_a_call_written_as_json_is_recovered_on_the_real_model(api: Any) -> None:
+    """Shown two earlier answers that were calls written as plain JSON, SmolLM2 answers the
+    third the same way under `auto`; the recovery round, under the real named-tool grammar,
+    gets the call back in hermes' markup. With recovery off the JSON stays the content."""
+    shot = [
+        {"role": "assistant", "content": json.dumps({"name": "get_weather", "arguments": {"city": c}})}
+        for c in ("Oslo", "Rome")
+    ]
+    messages = [
+        {"role": "user", "content": "Weather in Oslo?"}, shot[0],
+        {"role": "user", "content": "Weather in Rome?"}, shot[1],
+        {"role": "user", "content": "Weather in Paris?"},
+    ]  # fmt: skip
+    kw: dict[str, Any] = {
+        "model": MODEL_NAME,
+        "messages": messages,
+        "tools": [CITY],
+        "max_tokens": 64,
+        "temperature": 0,
+    }
+    resp = api.chat.completions.create(**kw)
+    [call] = resp.choices[0].message.tool_calls or []
+    assert call.function.name == "get_weather" and isinstance(json.loads(call.function.arguments)["city"], str)
+    assert resp.choices[0].finish_reason == "tool_calls"
+    block = (resp.model_extra or {})["callgate"]
+    assert block["recoveries"] == [{"from_round": 0, "tool": "get_weather", "round": 1, "outcome": "recovered"}]
+    assert [(d["code"], d["round"]) for d in block["diagnostics"]] == [("call_outside_markup", 0)]
+    off = api.chat.completions.create(**kw, extra_body={"callgate": {"recover_calls": False}})
+    assert off.choices[0].message.tool_calls is None and off.choices[0].finish_reason == "stop"
+    assert json.loads(off.choices[0].message.content or "")["name"] == "get_weather"
+    assert (off.model_extra or {})["callgate"]["recoveries"][0]["outcome"] == "off"

@@ -6,7 +6,9 @@ bytes decoded with surrogateescape; lone surrogates raw and as JSON escapes; dee
 nesting; huge numbers) and the invariants every parse must keep: no exception escapes
 `parse` / `feed` / `finish`; streaming in pieces gives exactly `parse`'s result; each
 candidate's `raw` is the text at its `span`; no candidate overlaps a malformed block
-(a diagnostic other than `unknown_tool`, which is attached to a well-formed call).
+(a diagnostic other than `unknown_tool`, which is attached to a well-formed call); the
+call-outside-markup detector (parsers/outside_markup.py) never raises on the result, finds
+nothing beside a candidate, and names a declared tool at a span inside the text.
 Does not know: how fast parsing is; `benchmarks/bench_reliability.py` runs the same
 engine over a million inputs and checks linear time by input-size scaling.
 """
@@ -25,6 +27,8 @@ from hypothesis import strategies as st
 
 from callgate.formats import FORMATS, get_format
 from callgate.parsers import parse, stream_parser
+from callgate.parsers.base import tool_names
+from callgate.parsers.outside_markup import find_call_outside_markup
 from callgate.types import ParseResult
 from tests.conftest import load_jsonl
 
@@ -163,6 +167,13 @@ def check_invariants(format: str, seed: Seed, text: str, rng: random.Random | No
         assert isinstance(cand.arguments, dict), "arguments are not an object"
         overlap = [s for s in malformed if s[0] < cand.span[1] and cand.span[0] < s[1]]
         assert not overlap, f"candidate {cand.span} overlaps malformed span(s) {overlap}"
+    for truncated in (False, True):
+        found = find_call_outside_markup(format, text, result, seed.tools, truncated=truncated)
+        if found is not None:
+            start, end = found.diagnostic.span
+            assert not result.candidates, "a call outside markup beside a candidate"
+            assert 0 <= start <= end <= len(text), "call_outside_markup span outside the text"
+            assert found.name in (tool_names(seed.tools) or ()), "call_outside_markup names an undeclared tool"
     return result
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,8 +40,10 @@ def lit(text: str) -> str:
 
 
 def regex_literal(text: str) -> str:
-    """`text` escaped for use inside `/.../`."""
-    return re.escape(text).replace("/", "\\/")
+    """`text` escaped for use inside `/.../` (a newline, tab or carriage return as its escape:
+    the grammar text is read line by line)."""
+    escaped = re.escape(text).replace("/", "\\/")
+    return escaped.replace("\\\n", "\\n").replace("\\\t", "\\t").replace("\\\r", "\\r")
 
 
 def without(markers: Iterable[str]) -> str:
@@ -68,6 +70,14 @@ class Builder:
         under the same stem is added once."""
         return self._add(stem.lower(), body, "[lazy]" if lazy else "")
 
+    def parametric(self, stem: str, body_of: Callable[[str], str]) -> str:
+        """Add a rule parameterised by a 64-bit value (llguidance's `name::_`, its docs/
+        parametric.md): `body_of(name)` is its body, which may refer to itself as
+        `name::set_bit(k)` and hold `%if` conditions. Use it as `name::0x0`."""
+        name = self._fresh(stem.lower())
+        self._rules[name] = f"{name}::_: {body_of(name)}"
+        return name
+
     def terminal(self, stem: str, body: str) -> str:
         """Add a terminal (a regex: literals, `/.../`, `&`, `~`, other terminals)."""
         return self._add(stem.upper(), body, "")
@@ -77,10 +87,13 @@ class Builder:
         found = self._names.get(slot)
         if found is not None:
             return found
-        name = stem if stem not in self._rules else f"{stem}_{len(self._rules)}"
+        name = self._fresh(stem)
         self._rules[name] = f"{name}{attrs}: {body}"
         self._names[slot] = name
         return name
+
+    def _fresh(self, stem: str) -> str:
+        return stem if stem not in self._rules else f"{stem}_{len(self._rules)}"
 
     def marker(self, text: str) -> str:
         """An expression producing `text`: the literal, or the special token too."""

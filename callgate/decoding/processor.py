@@ -136,6 +136,7 @@ class ConstrainedBatch:
         self.pieces = _pieces(self.vocab)
         self._special_ids = frozenset(self.vocab.specials.values())
         self._trigger_masks: dict[str, torch.Tensor] = {}
+        self._call_costs: dict[str, int | None] = {}  # grammar key -> a shortest call's tokens
         self.rows: dict[int, Row] = {}
         self.templates: OrderedDict[str, Any] = OrderedDict()
         self.executor = llguidance.LLExecutor()
@@ -318,16 +319,26 @@ class ConstrainedBatch:
         return plan[0] if plan else eos
 
     def _call_cost(self, row: Row) -> int | None:
-        """Tokens of a shortest call from its trigger on (planned once per row, from the
-        state the trigger leads to); None where the grammar has no trigger to start one."""
-        if row.call_cost is None and row.spec.trigger and self._twin(row) is not None:
-            probe = row.twin.deep_copy()
-            trigger = row.spec.trigger.encode()
-            if probe.try_consume_tokens(list(trigger)) == len(trigger):
-                plan = closing_plan(probe, _STEPS, 256, format_closers(row.spec.key.partition(":")[0]))
-                if plan is not None:
-                    row.call_cost = len(self.vocab.tokenizer.tokenize_bytes(trigger + plan)) + 1
+        """Tokens of a shortest call from its trigger on, planned once per grammar from its
+        start (the trigger, or the separator and trigger where calls follow one another);
+        None where the grammar has no trigger to start one."""
+        trigger = row.spec.trigger
+        if row.call_cost is not None or not trigger:
+            return row.call_cost
+        key = row.spec.key
+        if key not in self._call_costs:
+            self._call_costs[key] = self._plan_call(row.spec.plain, trigger.encode(), key.partition(":")[0])
+        row.call_cost = self._call_costs[key]
         return row.call_cost
+
+    def _plan_call(self, plain: str, trigger: bytes, format: str) -> int | None:
+        probe = matcher(plain, _BYTES)
+        if probe.is_error() or probe.try_consume_tokens(list(trigger)) != len(trigger):
+            return None
+        plan = closing_plan(probe, _STEPS, 256, format_closers(format), max_bytes=4 * BOUND)
+        if plan is None:
+            return None
+        return len(self.vocab.tokenizer.tokenize_bytes(trigger + plan)) + 1
 
     def _no_trigger(self, trigger: str) -> torch.Tensor:
         """A mask of every token but those that could begin `trigger`: a special token

@@ -1,4 +1,5 @@
-"""The audit log: append-only JSONL, one record per tool-call candidate and its verdict.
+"""The audit log: append-only JSONL, one record per tool-call candidate and its verdict
+(and one per answer that was a call written outside the call markup).
 
 Knows: how a record is made durable — one `os.write` of one whole line on an O_APPEND
 descriptor, then `os.fsync` before `write` returns, so a record is on disk before the
@@ -129,11 +130,15 @@ def candidate_record(
     validator: str,
     constrained: bool,
     idempotency_key: str,
+    recovered_from_round: int | None = None,
 ) -> dict[str, Any]:
     """The record of one candidate. `arguments` are the model's (canonical once encoded);
     `verdict` is the verdict object (with normalised arguments when the validator gave any),
     or `{"verdict": "unavailable", "error": ...}` when no verdict could be had;
-    `idempotency_key` is the envelope's (it joins the record to a downstream executor's)."""
+    `idempotency_key` is the envelope's (it joins the record to a downstream executor's).
+    `recovered_from_round`: the candidate was asked for again, in the markup, after that
+    round wrote it outside (serving/recovery.py); the key is present only then."""
+    extra = {} if recovered_from_round is None else {"recovered_from_round": recovered_from_round}
     return {
         "time": datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds"),
         "request_id": request_id,
@@ -149,6 +154,38 @@ def candidate_record(
         "validator": validator,
         "constrained": constrained,
         "idempotency_key": idempotency_key,
+        **extra,
+    }
+
+
+def outside_markup_record(
+    *,
+    request_id: str,
+    round_index: int,
+    model: str,
+    fmt: str,
+    tool: str,
+    raw: str,
+    diagnostics: Sequence[Mapping[str, Any]],
+    recovery: Mapping[str, Any],
+    constrained: bool,
+) -> dict[str, Any]:
+    """The record of an answer that was a call to `tool` written outside the format's call
+    markup (`raw`: its text): no candidate, so no verdict; `recovery` says whether it was
+    asked for again and in which round (serving/recovery.py). `kind` tells it from a
+    candidate's record."""
+    return {
+        "time": datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds"),
+        "kind": "call_outside_markup",
+        "request_id": request_id,
+        "round": round_index,
+        "model": model,
+        "format": fmt,
+        "tool": tool,
+        "raw": raw,
+        "diagnostics": [dict(d) for d in diagnostics],
+        "recovery": dict(recovery),
+        "constrained": constrained,
     }
 
 

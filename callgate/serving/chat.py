@@ -7,11 +7,12 @@ generation (Engine), parsing (parsers), the validator handoff and bounded repair
 Does not know: the web framework, pydantic, vllm, or any format's syntax.
 
 Policy:
-* A diagnostic other than `unknown_tool` (whose candidate still goes to the validator and
-  is rejected there) means the output held a call block that could not be read: 502
-  `model_output_error` with the diagnostic's code; streaming ends with an `error` event.
-  Either body's `callgate` block has `raw`: the failed round's output as the parser read
-  it (bounded, protocol_response.RAW_TEXT_MAX_CHARS), which the diagnostics' spans index.
+* A diagnostic other than the advisory ones (`unknown_tool`, whose candidate still goes to
+  the validator and is rejected there; `call_outside_markup`, below) means the output held
+  a call block that could not be read: 502 `model_output_error` with the diagnostic's code;
+  streaming ends with an `error` event. Either body's `callgate` block has `raw`: the
+  failed round's output as the parser read it (bounded, protocol_response.RAW_TEXT_MAX_CHARS),
+  which the diagnostics' spans index.
   So does output that breaks what the grammar would have enforced (no call under
   tool_choice required/named, another tool than the named one, several calls with
   parallel_tool_calls=false): codes `missing_tool_call`, `wrong_tool`, `too_many_calls`.
@@ -20,6 +21,10 @@ Policy:
   back as tool results and the model tries again, at most `max_repairs` times; then 422.
   Streaming sends text as it is generated and a round's tool calls only once all of that
   round's verdicts are in (a rejected round's calls are never sent).
+* Under tool_choice `auto`, an answer that is wholly a call to a declared tool written as
+  JSON outside the format's markup gets the advisory diagnostic `call_outside_markup` and
+  one recovery round under that tool's named grammar (recovery.py), a round of the repair
+  budget; streaming has already sent the first round's text.
 * Leaving early (client gone, task cancelled) closes the engine stream and aborts the
   request, shielded from cancellation, so its batch slot is always freed.
 """
@@ -39,7 +44,7 @@ import anyio
 from callgate import parsers
 from callgate.decoding import closing_marks
 from callgate.formats import get_format
-from callgate.serving import chat_completions
+from callgate.serving import chat_completions, recovery
 from callgate.serving.admission import Admission
 from callgate.serving.audit import AuditLog
 from callgate.serving.conform import (
@@ -174,6 +179,8 @@ class ChatService:
                 self.review.check_output(turn, rnd)
                 await self.review.validate(turn, rnd)
                 if rnd.accepted:
+                    if await self._recover(turn, rnd):
+                        continue  # the same prompt again, held to the named tool's grammar
                     await self._finish_quick(turn, rnd)
                     calls = self._accepted_calls(rnd)
                     if calls:
@@ -213,8 +220,10 @@ class ChatService:
             min_p=req.min_p,
             logit_bias=req.logit_bias,
         )
+        recovering = turn.recovery_in(rnd.index)
+        constraint = turn.constraint if recovering is None else recovering.constraint
         stream = self.engine.generate(
-            GenerationRequest(request_id, prompt.text, sampling, turn.constraint, prompt.spans, prompt.ids)
+            GenerationRequest(request_id, prompt.text, sampling, constraint, prompt.spans, prompt.ids)
         )
         finished = False
         last_s = turn.started_s
@@ -246,10 +255,7 @@ class ChatService:
                     yield events
                 if stops is not None and stops.stopped:
                     break
-            if (
-                turn.constraint is not None
-                and turn.usage.completion_tokens - base.completion_tokens >= prompt.max_tokens
-            ):
+            if constraint is not None and turn.usage.completion_tokens - base.completion_tokens >= prompt.max_tokens:
                 # the output used all of max_tokens: the engine says "stop" for an EOS there
                 rnd.finish_reason = "length"
             if closing_marks.take(getattr(self.engine, "closing_dir", None), request_id):
@@ -347,6 +353,26 @@ class ChatService:
             log.info("warmed the %s tool_choice=none grammar in %.2f s", self.settings.format, time.monotonic() - start)
         except Exception:  # a warm-up is an optimisation: each request compiles what it needs
             log.warning("could not warm the %s grammar", self.settings.format, exc_info=True)
+
+    async def _recover(self, turn: Turn, rnd: Round) -> bool:
+        """Whether the next round is a recovery round asking again for the call that `rnd`'s
+        answer wrote outside the markup (recovery.py). When the answer is such a call, it
+        gets its diagnostic and its audit record either way."""
+        assert rnd.result is not None
+        output = "".join(rnd.output)
+        found = recovery.find_outside_call(self.settings.format, turn.req, output, rnd.result, rnd.finish_reason)
+        if found is None:
+            return False
+        rnd.result = recovery.with_diagnostic(rnd.result, found)
+        self.metrics.diagnostic(found.diagnostic.code)
+        rec = await recovery.plan(self.settings, turn.req, found, rnd.index, turn.max_repairs, self._constraint)
+        turn.recoveries.append(rec)
+        self.metrics.recovery(rec.outcome)
+        record = recovery.audit_record(
+            rec, found, output, rnd.result, request_id=turn.completion_id, settings=self.settings
+        )
+        await self.review.write_audit([record])
+        return rec.round is not None
 
     async def _finish_quick(self, turn: Turn, rnd: Round) -> None:
         """Await the heads (answer-position ones run now, on the conversation plus the answer)."""

@@ -19,8 +19,11 @@ from callgate.serving.protocol import ChatRequest, tool_call_dict
 from callgate.serving.validation import ValidationRequest, Validator, Verdict, verdict_dict
 from callgate.types import Diagnostic, ParseResult, ToolCallCandidate, arguments_json
 
-# A candidate with one of these diagnostics still goes to the validator (which rejects it).
-ADVISORY_CODES = frozenset({"unknown_tool"})
+# Diagnostics that never make an output unusable (no 502): `unknown_tool`, whose candidate
+# still goes to the validator (which rejects it); `call_outside_markup`, an answer that is a
+# call written as plain JSON (parsers/outside_markup.py), asked for again in the markup or
+# left as the content it is (serving/recovery.py).
+ADVISORY_CODES = frozenset({"unknown_tool", "call_outside_markup"})
 
 
 async def validate_all(

@@ -2,7 +2,7 @@
 
 Knows: what the server counts (requests by status, tokens, time to first token,
 inter-token latency, queue depth, parse diagnostics by code, verdicts, rejection errors by
-kind, repair rounds, validator latency) and
+kind, repair rounds, recoveries of calls written outside the markup, validator latency) and
 how to render them. Each app gets its own registry, so several apps in one process (tests)
 never collide.
 Does not know: HTTP routes or the chat flow; callers report facts through small methods.
@@ -42,6 +42,12 @@ class Metrics:
         self._diagnostics = Counter("callgate_parse_diagnostics", "Parser diagnostics by code", ["code"], registry=r)
         self._verdicts = Counter("callgate_verdicts", "Validator verdicts", ["verdict"], registry=r)
         self._repairs = Counter("callgate_repair_rounds", "Repair rounds run", registry=r)
+        self._recoveries = Counter(
+            "callgate_recoveries",
+            "Answers that were a call written outside the call markup, by what was done (serving/recovery.py)",
+            ["outcome"],
+            registry=r,
+        )
         self._rejections = Counter(
             "callgate_rejection_errors", "Validator errors in rejected verdicts, by kind", ["kind"], registry=r
         )
@@ -81,6 +87,10 @@ class Metrics:
 
     def repair(self) -> None:
         self._repairs.inc()
+
+    def recovery(self, outcome: str) -> None:
+        """`outcome`: "recovered" (a recovery round was run) or why not (serving/recovery.py)."""
+        self._recoveries.labels(outcome=outcome).inc()
 
     def rejection(self, kind: str) -> None:
         self._rejections.labels(kind=kind).inc()

@@ -80,6 +80,7 @@ class ChatRequest:
     # Who asks, for the idempotency key (callgate.serving.idempotency): each surface's own field
     # (here `user`), or the trusted x-callgate-actor header set by the route; None: anonymous.
     actor: str | None = None
+    recover_calls: bool | None = None  # `callgate.recover_calls`; None: the server's setting (serving/recovery.py)
 
     def function_of(self, name: str) -> Mapping[str, Any] | None:
         """The declared `function` object of tool `name`; None when no such tool is declared."""
@@ -156,6 +157,7 @@ def _to_request(wire: ChatCompletionWire, limits: Limits) -> ChatRequest:
         min_p=wire.min_p or 0.0,
         logit_bias=parse_logit_bias(wire.logit_bias),
         actor=wire.user or None,
+        recover_calls=ext.recover_calls,
     )
 
 

@@ -3,7 +3,7 @@ legacy completions body is in protocol_completions.py): the chat-completions and
 request bodies, how a pydantic error becomes an `InvalidRequestError` naming
 the field, and the OpenAPI request-body document built from the models.
 
-Knows: OpenAI's request shapes and callgate's extensions (`callgate`: max_repairs, quick;
+Knows: OpenAI's request shapes and callgate's extensions (`callgate`: max_repairs, quick, recover_calls;
 `reasoning_effort`; `chat_template_kwargs`; vLLM's sampling extensions `repetition_penalty`,
 `top_k`, `min_p`) and the ranges OpenAI / vLLM give sampling parameters. Does not know:
 limits, the validated request (protocol_request.py), templates, engines, parsers or
@@ -88,6 +88,7 @@ class TemplateKwargsWire(_Wire):
 class CallgateExtensionWire(_Wire):
     max_repairs: int | None = Field(default=None, ge=0, le=8)
     quick: list[str] = Field(default_factory=list)
+    recover_calls: bool | None = None  # None: the server's --no-recover-calls decides
 
 
 LogitBiasWire = dict[str, Annotated[float, Field(ge=-100.0, le=100.0)]]  # token id (a string) -> bias

@@ -1,7 +1,8 @@
 """The review of one round's output: is it readable and does it keep the request's
-tool_choice (else a ChatFailure, 502), what does the validator say of each candidate (every
-verdict audited, fsynced, before anything carries it), and may the model try again (the
-repair messages) or is the turn rejected (422).
+tool_choice (a recovery round's is the named tool's, recovery.py; else a ChatFailure, 502),
+what does the validator say of each candidate (every verdict audited, fsynced, before
+anything carries it), and may the model try again (the repair messages) or is the turn
+rejected (422).
 
 Knows: the validator handoff (handoff.py), the audit log, the metrics of diagnostics and
 verdicts. Does not know: engines, parsers' syntax, or any wire shape.
@@ -54,13 +55,16 @@ class RoundReview:
         assert rnd.result is not None
         for d in rnd.result.diagnostics:
             self._metrics.diagnostic(d.code)
+        # a recovery round (recovery.py) is held to the named-tool form of the request
+        recovering = turn.recovery_in(rnd.index)
+        req = turn.req if recovering is None or recovering.request is None else recovering.request
         broken = fatal(rnd.result.diagnostics)
-        if broken is not None and _reasoning_cut_short(turn.req, rnd, broken):
+        if broken is not None and _reasoning_cut_short(req, rnd, broken):
             broken = None  # it ended inside its reasoning: a reasoning-only answer, not bad output
         if broken is not None:
             error = ModelOutputError(f"model output is not a well-formed call: {broken.message}", code=broken.code)
             raise ChatFailure(error, {**turn.callgate_block(), "raw": rnd.raw(broken.span[0])})
-        violation = choice_violation(turn.req, rnd.result)
+        violation = choice_violation(req, rnd.result)
         if violation is not None:
             self._metrics.diagnostic(violation.code)
             block = turn.callgate_block()
@@ -104,6 +108,7 @@ class RoundReview:
             return
         diagnostics = [diagnostic_dict(d) for d in rnd.result.diagnostics]
         validator = str(getattr(self._validator, "name", type(self._validator).__name__))
+        recovering = turn.recovery_in(rnd.index)
         records = [
             audit.candidate_record(
                 request_id=turn.completion_id,
@@ -119,9 +124,17 @@ class RoundReview:
                 validator=validator,
                 constrained=turn.constraint is not None,
                 idempotency_key=idempotency_key(turn.actor, c.name, c.arguments, turn.scope),
+                recovered_from_round=None if recovering is None else recovering.from_round,
             )
             for c, v in zip(rnd.result.candidates, verdicts, strict=True)
         ]
+        await self.write_audit(records)
+
+    async def write_audit(self, records: Sequence[Mapping[str, Any]]) -> None:
+        """Append `records` to the audit log (fsynced; nothing when there is none). A record
+        that cannot be written withholds what it is about: CallgateError `audit_log_failed`."""
+        if self._audit_log is None:
+            return
         try:
             with anyio.CancelScope(shield=True):  # a record, once begun, is finished
                 await anyio.to_thread.run_sync(self._audit_log.write, records)

@@ -77,6 +77,9 @@ class Settings:
     validator_url: str | None = None
     validator_timeout_s: float = 5.0
     max_repairs: int = 1
+    # Under tool_choice auto, ask again (named-tool grammar) for a call the model wrote as
+    # plain JSON outside the format's markup (serving/recovery.py); a repair round's budget.
+    recover_calls: bool = True
     audit_log: str | None = None
     audit_log_max_bytes: int = 64 * 1024 * 1024
     constrained: bool = True

@@ -22,6 +22,7 @@ from callgate.serving.idempotency import ANONYMOUS, conversation_scope
 from callgate.serving.prompt import Prompt
 from callgate.serving.protocol import ChatRequest, candidate_dict, diagnostic_dict, raw_output_dict
 from callgate.serving.quick import QuickBeside
+from callgate.serving.recovery import Recovery
 from callgate.serving.turn_events import TurnUsage
 from callgate.types import ParseResult
 
@@ -87,6 +88,7 @@ class Turn:
         self.prompt: Prompt | None = None
         self.quick: QuickBeside | None = None  # heads asked for in `callgate.quick`
         self.quick_block: dict[str, Any] = {}
+        self.recoveries: list[Recovery] = []  # answers that were calls outside the markup (recovery.py)
         self.max_repairs = max_repairs if req.max_repairs is None else req.max_repairs
         self._release = release
         self._closed = False
@@ -108,6 +110,10 @@ class Turn:
                 self.quick.cancel()
             self._release()
 
+    def recovery_in(self, round_index: int) -> Recovery | None:
+        """The recovery that round `round_index` runs, if it is a recovery round."""
+        return next((r for r in self.recoveries if r.round == round_index), None)
+
     def callgate_block(self) -> dict[str, Any]:
         candidates: list[dict[str, Any]] = []
         diagnostics: list[dict[str, Any]] = []
@@ -125,5 +131,6 @@ class Turn:
             "repairs": max(0, len(self.rounds) - 1),
             "candidates": candidates,
             "diagnostics": diagnostics,
+            **({"recoveries": [r.block() for r in self.recoveries]} if self.recoveries else {}),
             **self.quick_block,
         }

@@ -7,13 +7,15 @@ A turn (ChatService.events) yields, in order:
 
     RoundStart(0)
     (ContentDelta | ReasoningDelta)*          text of round 0, as generated
-    [RoundStart(1) (ContentDelta | ReasoningDelta)* ...]   a repair round (max_repairs)
+    [RoundStart(1) (ContentDelta | ReasoningDelta)* ...]   a repair or recovery round (max_repairs)
     CallsAccepted                             only when the final round holds calls, all accepted
     TurnDone                                  always last
 
-A rejected round's calls are never yielded; its text was already yielded (a surface that
-cannot take back text, like a stream, shows it; a non-streaming surface shows only the final
-round's text, which TurnDone carries). Failures are raised, not yielded: ChatFailure (an
+A rejected round's calls are never yielded; its text was already yielded, as was the text
+of an answer that was a call written outside the markup before its recovery round asked
+for the call again (serving/recovery.py). A surface that cannot take back text, like a
+stream, shows it; a non-streaming surface shows only the final round's text, which
+TurnDone carries. Failures are raised, not yielded: ChatFailure (an
 error plus its `callgate` block) or CallgateError. Closing the generator early aborts the
 generation in the engine and frees the turn's slot.
 """
