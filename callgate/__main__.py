@@ -159,17 +159,6 @@ def _add_serve_flags(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument("--max-stop-sequences", type=int, default=lim.max_stop_sequences, help="stop sequences per request")
     g.add_argument("--grammar-timeout", type=float, default=lim.grammar_timeout_s, help="seconds to compile a grammar")
-    g.add_argument(
-        "--grammar-cache-dir",
-        default=None,
-        help="keep compiled grammars here across restarts (default: a temporary directory removed at exit)",
-    )
-    g.add_argument(
-        "--grammar-cache-max-bytes",
-        type=int,
-        default=d.grammar_cache_max_bytes,
-        help="least recently used grammar files are deleted beyond this size",
-    )
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
@@ -223,8 +212,6 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         constrained=not args.no_constrain,
         reasoning={"auto": None, "on": True, "off": False}[args.reasoning],
         recover_calls=not args.no_recover_calls,
-        grammar_cache_dir=args.grammar_cache_dir,
-        grammar_cache_max_bytes=args.grammar_cache_max_bytes,
         log_level=args.log_level,
         responses_store_max=max(0, args.responses_store_max),
         responses_store_max_bytes=max(0, args.responses_store_max_bytes),

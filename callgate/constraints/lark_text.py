@@ -40,10 +40,10 @@ def lit(text: str) -> str:
 
 
 def regex_literal(text: str) -> str:
-    """`text` escaped for use inside `/.../` (a newline, tab or carriage return as its escape:
-    the grammar text is read line by line)."""
+    """`text` escaped for use inside `/.../` (a control character as `\\xHH`: a raw newline
+    ends the regex there)."""
     escaped = re.escape(text).replace("/", "\\/")
-    return escaped.replace("\\\n", "\\n").replace("\\\t", "\\t").replace("\\\r", "\\r")
+    return re.sub(r"\\?([\x00-\x1f])", lambda c: f"\\x{ord(c.group(1)):02x}", escaped)
 
 
 def without(markers: Iterable[str]) -> str:

@@ -33,6 +33,9 @@ _CLOSING_KEYS = frozenset(
 )
 _PREFERENCE = b'"}]0[{tfn\n>,:-1 abcdefghijklmnopqrstuvwxyz_ABCDEFGHIJKLMNOPQRSTUVWXYZ23456789./<=()'
 _PREFERENCE += bytes(range(0x80, 0xC0))  # a character cut inside its UTF-8 bytes is finished first
+# last: a multi-byte character's lead byte, where a marker needs one (DSML's U+FF5C bars:
+# after `<` of a required parameter's tag only 0xEF is admitted)
+_PREFERENCE += bytes(range(0xC2, 0xF5))
 _NARROW = 32
 JSON_CLOSERS = ('"', "}", "]", '"}', "}}", "]}", '"]')
 

@@ -86,10 +86,6 @@ class Settings:
     # Whether the served model writes a reasoning block; None: read from its chat template
     # (ChatService: the format's opening tag in it), so SmolLM2 in hermes gets no <think>.
     reasoning: bool | None = None
-    # Compiled grammars handed to vLLM's engine process (callgate.constraints.cache).
-    # None: a temporary directory of the server, removed when it exits.
-    grammar_cache_dir: str | None = None
-    grammar_cache_max_bytes: int = 1 << 30
     log_level: str = "info"
     # /v1/responses kept for previous_response_id and GET (responses_store.py); LRU beyond either bound.
     responses_store_max: int = 1024

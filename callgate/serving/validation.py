@@ -121,6 +121,13 @@ ENVELOPE_SCHEMA: Mapping[str, Any] = {
                 "a later turn does not; also the Idempotency-Key header"
             ),
         },
+        "truncated": {
+            "type": "boolean",
+            "description": (
+                "budget closing cut these arguments short to end the output within max_tokens: they are "
+                "valid under the grammar but not what the model would have written"
+            ),
+        },
     },
     "required": [
         "request_id",
@@ -136,6 +143,7 @@ ENVELOPE_SCHEMA: Mapping[str, Any] = {
         "actor",
         "scope",
         "idempotency_key",
+        "truncated",
     ],
 }
 
