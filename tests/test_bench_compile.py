@@ -1,6 +1,7 @@
 """bench_compile's pure helpers on one tiny cell over a byte vocabulary: the cells' fields
-and statuses (a family still unwritten is "not yet", a refusal is "refused: ..."), the run's
-JSON document, the report (summary, table, chart), and the killable child of the old path.
+and statuses (every family compiles; one still unwritten would be "not yet", a refusal is
+"refused: ..."), the run's JSON document, the report (summary, table, chart), and the
+killable child of the old path.
 
 Does not know: timings (no figure is asserted beyond its shape); the real vocabularies
 (benchmarks/bench_compile.py runs them).
@@ -61,10 +62,10 @@ def test_an_engine_cell_has_every_field(engine: Any) -> None:
 
 
 @pytest.mark.parametrize("mode", bench.MODES)
-def test_every_mode_of_every_format_is_a_result_never_a_crash(engine: Any, mode: str) -> None:
+def test_every_mode_of_every_format_compiles(engine: Any, mode: str) -> None:
     for fmt in compile_workload.FORMATS:
         cell = compile_cells.engine_cell(engine, fmt, mode, TINY, 1)
-        assert cell["status"] in ("ok", "not yet"), (fmt, mode, cell["status"])
+        assert cell["status"] == "ok", (fmt, mode, cell["status"])
 
 
 def test_a_schema_the_engine_cannot_enforce_is_a_refused_cell(engine: Any) -> None:
@@ -121,7 +122,7 @@ def test_the_run_is_one_json_document_with_a_report(tmp_path: Path) -> None:
     assert [p["engine"] for p in doc["peers"]] == ["xgrammar", "llguidance-json"]
     assert doc["env"]["load_start"] and doc["env"]["load_end"]
     summary = doc["summary"]
-    assert sum(summary["statuses"].values()) == 4 and summary["statuses"]["ok"] >= 2
+    assert summary["statuses"] == {"ok": 4}
     text = compile_report.table(doc)
     assert "| bytes | tiny | hermes |" in text and "xgrammar" in text
     chart = tmp_path / "compile.png"
