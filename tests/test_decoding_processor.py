@@ -307,3 +307,19 @@ def test_random_rows_in_one_batch_each_end_as_their_grammar() -> None:
     for f, out in zip(fmts, outs, strict=True):
         result = parse(f, bytes(out).decode() + get_format(f).eos, WEATHER)
         assert result.diagnostics == () and result.candidates, (f, bytes(out))
+
+
+def test_a_grammar_start_mask_is_filled_once_and_copied_alike() -> None:
+    batch = ByteBatch(None, "cpu", False)
+    spec = of(constraints.build("hermes", WEATHER, "auto", True, None, V))
+    first_out: list[int] = []
+    batch.update_state(Update(added=[(0, params(spec), None, first_out)]))
+    first = allowed(step(batch, 1)[0])
+    assert set(batch.first_masks) == {spec["key"]}
+    first_out.append(ord("H"))  # the first row moves on; a second row of the same grammar starts
+    batch.update_state(Update(added=[(1, params(spec), None, [])]))
+    logits = step(batch, 2)
+    assert allowed(logits[1]) == first  # the start mask, copied
+    fresh = ByteBatch(None, "cpu", False)  # filled from its matcher, not copied
+    fresh.update_state(Update(added=[(0, params(spec), None, [])]))
+    assert allowed(step(fresh, 1)[0]) == first
