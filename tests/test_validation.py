@@ -6,6 +6,7 @@ test_validation_downstream.py)."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -379,9 +380,13 @@ async def test_prepared_schemas_are_keyed_by_content() -> None:
     assert first == second and first.verdict == "rejected" and not first.retryable
 
 
-def test_the_readme_publishes_both_schemas() -> None:
-    readme = (SCHEMAS.parent / "README.md").read_text(encoding="utf-8")
-    section = readme[readme.index("## Validator handoff") :]
+def test_the_validator_page_links_both_published_schemas() -> None:
+    page = SCHEMAS.parent / "docs" / "validator.md"
+    text = page.read_text(encoding="utf-8")
+    section = text[text.index("## Schemas") :]
     section = section[: section.index("\n## ")]
-    blocks = [json.loads(b.split("```", 1)[0]) for b in section.split("```json\n")[1:]]
-    assert blocks == [ENVELOPE_SCHEMA, VERDICT_SCHEMA]
+    linked = [page.parent / target for target in re.findall(r"\]\(([^)]+\.schema\.json)\)", section)]
+    published = [json.loads(path.read_text(encoding="utf-8")) for path in linked]
+    assert published == [ENVELOPE_SCHEMA, VERDICT_SCHEMA]
+    pasted = [json.loads(b.split("```", 1)[0]) for b in text.split("```json\n")[1:]]
+    assert all(block in (ENVELOPE_SCHEMA, VERDICT_SCHEMA) for block in pasted)  # a pasted copy must not drift
