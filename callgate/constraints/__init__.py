@@ -119,6 +119,9 @@ class _Cache:
             self.entries.move_to_end(slot)
         return found
 
+    def clear(self) -> None:
+        self.entries.clear()
+
     def put(self, slot: tuple[str, str], value: Constraint) -> None:
         self.entries[slot] = value
         while len(self.entries) > self.capacity:
