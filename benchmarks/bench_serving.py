@@ -184,8 +184,8 @@ async def one_request(http: httpx.AsyncClient, url: str, body: dict[str, Any]) -
 def _chunk_text(choice: dict[str, Any]) -> str:
     """What a chunk adds: content, text, or a tool-call delta (its name or arguments)."""
     delta = choice.get("delta") or {}
-    calls = "".join(json.dumps(c.get("function") or {}) for c in delta.get("tool_calls") or ())
-    return str(delta.get("content") or choice.get("text") or (calls if calls != "{}" else ""))
+    calls = "".join(json.dumps(f) for c in delta.get("tool_calls") or () if (f := c.get("function")))
+    return str(delta.get("content") or choice.get("text") or calls)
 
 
 async def run_batch(
