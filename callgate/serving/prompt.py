@@ -2,8 +2,8 @@
 bounded against the model's context.
 
 Knows: how to render through `callgate.templates` (the tools the call plan shows: none
-under tool_choice `none`), where user and tool contents sit in the rendered text (found format-agnostically),
-and the context-length rules (400 `context_length_exceeded`). Does not know: engines beyond
+under tool_choice `none`), where user and tool contents sit in the rendered text (found
+format-agnostically), and the context-length rules (400 `context_length_exceeded`). Does not know: engines beyond
 their tokenizer, HTTP, parsing.
 """
 
