@@ -329,9 +329,11 @@ class ChatService:
             if build_async is None:
                 return
             start = time.monotonic()
+            # the plan a `none` request with default settings gets (its thinking as conform_chat sets it)
+            plan = dataclasses.replace(_WARM_PLAN, thinking=None if self.reasons else False)
             await build_async(
                 self.settings.format,
-                _WARM_PLAN,
+                plan,
                 self._vocabulary,
                 eos_token_id=self.engine.tokenizer.eos_token_id,
                 specials=self._specials,
