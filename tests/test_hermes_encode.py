@@ -9,9 +9,8 @@ from typing import Any
 import pytest
 
 from callgate.errors import TemplateError
-from callgate.formats import HERMES
+from callgate.formats import HERMES, HERMES_QWEN25
 from callgate.templates import chatml, render
-from callgate.templates.chatml import qwen25_variant
 from tests.conftest import load_jsonl
 
 CASES = load_jsonl("hermes/encode.jsonl")
@@ -30,7 +29,7 @@ PINNED = [c for c in CASES if c["id"] not in EXEMPT]
 
 def _render(case: dict[str, Any], messages: list[dict[str, Any]] | None = None) -> str:
     kwargs = case["render_kwargs"]
-    fmt = HERMES if case["variant"] == "qwen3" else qwen25_variant(HERMES)
+    fmt = HERMES if case["variant"] == "qwen3" else HERMES_QWEN25
     return chatml.render(
         fmt,
         messages if messages is not None else case["messages"],
@@ -104,7 +103,7 @@ def test_bad_reasoning_parameters(kwargs: dict[str, Any], param: str) -> None:
 
 def test_qwen25_has_no_thinking() -> None:
     with pytest.raises(TemplateError, match="thinking"):
-        chatml.render(qwen25_variant(HERMES), USER, None, thinking=True, drop_thinking=True,
+        chatml.render(HERMES_QWEN25, USER, None, thinking=True, drop_thinking=True,
                       reasoning_effort=None, add_bos=True, add_generation_prompt=True)  # fmt: skip
 
 

@@ -57,7 +57,7 @@ def main_prompt(fmt: str, messages: Sequence[Mapping[str, Any]]) -> tuple[str, t
 
 
 def test_every_format_but_v32_has_the_six_heads() -> None:
-    assert set(QUICK_FORMATS) == {"dsml-v4", "qwen3-xml", "hermes", "llama3-json", "mistral"}
+    assert set(QUICK_FORMATS) == {"dsml-v4", "qwen3-xml", "hermes", "hermes-qwen2.5", "llama3-json", "mistral"}
     for name in QUICK_FORMATS:
         assert set(get_format(name).quick_tasks) == set(TASKS)
 

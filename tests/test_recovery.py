@@ -67,7 +67,9 @@ def test_named_request_names_the_tool_and_keeps_the_rest() -> None:
     req = request(parallel_tool_calls=False)
     named = recovery.named_request(req, "get_weather")
     assert named.tool_choice == {"type": "function", "function": {"name": "get_weather"}}
-    assert dataclasses.replace(named, tool_choice="auto") == req
+    assert (named.plan.mode, named.plan.named, named.plan.parallel) == ("named", "get_weather", False)
+    assert named.plan.shown == req.plan.shown  # the prompt still shows every tool
+    assert dataclasses.replace(named, tool_choice="auto", plan=req.plan) == req
 
 
 async def test_a_named_grammar_that_cannot_be_compiled_leaves_the_answer() -> None:

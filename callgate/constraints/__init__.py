@@ -1,4 +1,4 @@
-"""Constrained decoding grammars: (format, tools, tool_choice, ...) -> an llguidance grammar.
+"""Constrained decoding grammars: (format, call plan) -> an llguidance grammar.
 
 Knows: how to turn a request into the Lark grammar of everything the model may write in its
 native format (lark_grammar.py, one module per format family), how llguidance checks it
@@ -6,9 +6,11 @@ against the engine's vocabulary (llg.py), the compile workers and their time lim
 cache of checked grammars. Does not know: engines, HTTP, or how a mask is applied
 (callgate.decoding, callgate.kernels).
 
+    build_plan(format, plan, vocabulary, *, eos_token_id=None, specials=None)
+        -> Constraint | None                                  # None: free text
+    await build_plan_async(..., timeout_s=5.0, actor=None)    # off the loop
     build(format, tools, tool_choice, parallel_tool_calls, response_format, vocabulary,
-          *, eos_token_id=None, specials=None, thinking=None) -> Constraint | None   # None: free
-    await build_async(..., timeout_s=5.0)                                           # off the loop
+          *, eos_token_id=None, specials=None, thinking=None)   # raw values -> CallPlan.of -> build_plan
 
 A grammar is data: the server checks it once (parse, embedded JSON schemas, lexer; a few
 milliseconds for a dozen tools on a 152k vocabulary) and the engine's logits processor
@@ -17,7 +19,8 @@ builds its matcher from the same text; masks are computed lazily, step by step.
 Errors: SchemaTooComplexError (400, code schema_too_complex) naming every schema keyword the
 grammar cannot enforce, or llguidance's reason it cannot build the grammar; CompilerBusyError
 (503, code grammar_compiler_busy) when the compile workers stay busy or a grammar holding no
-schema runs past the time limit; InvalidRequestError (400) for a tool_choice naming no tool.
+schema runs past the time limit; InvalidRequestError (400) from `build` for a tool_choice naming
+no tool (a serving request's plan was checked when it was built).
 
 grammar.py and cache.py (regex grammars over an outlines-core Index) serve only as
 benchmarks/bench_compile.py's baseline.
@@ -34,10 +37,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from callgate.call_plan import CallPlan
 from callgate.constraints.compile_pool import CompilePool, Job
 from callgate.constraints.lark_grammar import lark_grammar
 from callgate.constraints.llg import LlgVocabulary, check
-from callgate.constraints.request import GrammarRequest, Mode, Thinking, grammar_request
+from callgate.constraints.request import GrammarRequest, Mode, Thinking, grammar_of
 
 __all__ = [
     "Constraint",
@@ -47,6 +51,8 @@ __all__ = [
     "Thinking",
     "build",
     "build_async",
+    "build_plan",
+    "build_plan_async",
     "vocabulary",
 ]
 
@@ -119,6 +125,9 @@ class _Cache:
             self.entries.move_to_end(slot)
         return found
 
+    def clear(self) -> None:
+        self.entries.clear()
+
     def put(self, slot: tuple[str, str], value: Constraint) -> None:
         self.entries[slot] = value
         while len(self.entries) > self.capacity:
@@ -146,16 +155,8 @@ class _Plan:
         return "response_format" if self.req.mode == "response_format" else "tools"
 
 
-def _plan(
-    format: str,
-    tools: Sequence[Mapping[str, Any]] | None,
-    tool_choice: Any,
-    parallel_tool_calls: bool | None,
-    response_format: Any,
-    vocab: LlgVocabulary | None,
-    thinking: Thinking,
-) -> _Plan | None:
-    req = grammar_request(format, tools, tool_choice, parallel_tool_calls, response_format, thinking=thinking)
+def _plan(format: str, plan: CallPlan, vocab: LlgVocabulary | None) -> _Plan | None:
+    req = grammar_of(format, plan)
     return None if req is None else _Plan(req, req.key(), vocab)
 
 
@@ -183,6 +184,25 @@ def _trigger(req: GrammarRequest) -> str | None:
     return get_format(req.format).call_trigger or None
 
 
+def build_plan(
+    format: str,
+    plan: CallPlan,
+    vocabulary_: Vocab = None,
+    *,
+    eos_token_id: int | None = None,
+    specials: Mapping[int, str] | None = None,
+) -> Constraint | None:
+    """Build and check (blocking) the grammar of a request's call plan in `format`. None
+    when nothing constrains the output. The plan's `thinking` is what the prompt did with
+    the format's reasoning block. Without a vocabulary the grammar is checked on its own
+    (markers as plain text)."""
+    vocab = None if vocabulary_ is None else vocabulary(vocabulary_, eos_token_id, specials)
+    found = _plan(format, plan, vocab)
+    if found is None:
+        return None
+    return CACHE.get(found.slot) or _compile(found)
+
+
 def build(
     format: str,
     tools: Sequence[Mapping[str, Any]] | None,
@@ -195,17 +215,46 @@ def build(
     specials: Mapping[int, str] | None = None,
     thinking: Thinking = None,
 ) -> Constraint | None:
-    """Build and check (blocking). None when nothing constrains the output. `thinking`: what
-    the prompt did with the format's reasoning block (request.py `Thinking`). Without a
-    vocabulary the grammar is checked on its own (markers as plain text)."""
-    vocab = None if vocabulary_ is None else vocabulary(vocabulary_, eos_token_id, specials)
-    plan = _plan(format, tools, tool_choice, parallel_tool_calls, response_format, vocab, thinking)
-    if plan is None:
-        return None
-    return CACHE.get(plan.slot) or _compile(plan)
+    """`build_plan` of the plan of raw OpenAI-style values (`CallPlan.of`: InvalidRequestError
+    for a tool_choice naming no tool), for tests and benchmarks that hold no ChatRequest."""
+    plan = CallPlan.of(tools, tool_choice, parallel_tool_calls, response_format, thinking=thinking)
+    return build_plan(format, plan, vocabulary_, eos_token_id=eos_token_id, specials=specials)
 
 
 _POOL = CompilePool(workers=2)
+
+
+async def build_plan_async(
+    format: str,
+    plan: CallPlan,
+    vocabulary_: Vocab = None,
+    *,
+    eos_token_id: int | None = None,
+    specials: Mapping[int, str] | None = None,
+    timeout_s: float = 5.0,
+    actor: str | None = None,
+) -> Constraint | None:
+    """`build_plan` off the event loop: a cached grammar never waits for a worker; a compile
+    runs in the compile pool (compile_pool.py, two workers) with its time limit. An `actor`
+    (the request's identified client) holds at most one worker at a time: its other compiles
+    queue behind it, so one client's schemas cannot take the capacity of the others (a
+    compile is milliseconds, and llguidance's parser limits bound its work)."""
+    loop = asyncio.get_running_loop()
+
+    def plan_or_hit() -> _Plan | Constraint | None:
+        vocab = None if vocabulary_ is None else vocabulary(vocabulary_, eos_token_id, specials)
+        found = _plan(format, plan, vocab)
+        return None if found is None else (CACHE.get(found.slot) or found)
+
+    found = await loop.run_in_executor(None, plan_or_hit)
+    if not isinstance(found, _Plan):
+        return found
+    job_plan = found
+    async with _turn_of(actor):
+        result: Constraint = await _POOL.run(
+            job_plan.slot, lambda job: _compile(job_plan, job), timeout_s=timeout_s, param=job_plan.param
+        )
+    return result
 
 
 async def build_async(
@@ -222,27 +271,11 @@ async def build_async(
     timeout_s: float = 5.0,
     actor: str | None = None,
 ) -> Constraint | None:
-    """`build` off the event loop: a cached grammar never waits for a worker; a compile runs
-    in the compile pool (compile_pool.py, two workers) with its time limit. An `actor` (the
-    request's identified client) holds at most one worker at a time: its other compiles
-    queue behind it, so one client's schemas cannot take the capacity of the others (a
-    compile is milliseconds, and llguidance's parser limits bound its work)."""
-    loop = asyncio.get_running_loop()
-
-    def plan_or_hit() -> _Plan | Constraint | None:
-        vocab = None if vocabulary_ is None else vocabulary(vocabulary_, eos_token_id, specials)
-        plan = _plan(format, tools, tool_choice, parallel_tool_calls, response_format, vocab, thinking)
-        return None if plan is None else (CACHE.get(plan.slot) or plan)
-
-    found = await loop.run_in_executor(None, plan_or_hit)
-    if not isinstance(found, _Plan):
-        return found
-    plan = found
-    async with _turn_of(actor):
-        result: Constraint = await _POOL.run(
-            plan.slot, lambda job: _compile(plan, job), timeout_s=timeout_s, param=plan.param
-        )
-    return result
+    """`build_plan_async` of the plan of raw OpenAI-style values (as `build`)."""
+    plan = CallPlan.of(tools, tool_choice, parallel_tool_calls, response_format, thinking=thinking)
+    return await build_plan_async(
+        format, plan, vocabulary_, eos_token_id=eos_token_id, specials=specials, timeout_s=timeout_s, actor=actor
+    )
 
 
 _ACTORS: weakref.WeakValueDictionary[str, asyncio.Semaphore] = weakref.WeakValueDictionary()

@@ -35,6 +35,7 @@ to that file (constraints/step_log.py), readable from outside vLLM's engine proc
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import time
@@ -335,10 +336,13 @@ class ConstrainedBatch:
 
     def _ends_a_call(self, row: Row, plan: list[int]) -> bool:
         """Whether the row has written a whole call and its plan only closes the markup
-        around it (mistral's `]`): ending there cuts nothing short."""
-        if not (row.spec.needs_call or row.called) or len(plan) > 2:
+        around it (mistral's `]`, DSML's block close): ending there cuts nothing short."""
+        if not (row.spec.needs_call or row.called) or len(plan) > 32:
             return False
-        return all(set(self.pieces.get(t, b"x")) <= _MARKUP_ONLY for t in plan)
+        text = b"".join(self.pieces.get(t, b"\xff") for t in plan)
+        for marker in _markup(row.spec.key.partition(":")[0]):
+            text = text.replace(marker, b"")
+        return not text.strip(b" \n]}")
 
     def _call_cost(self, row: Row) -> int | None:
         """Tokens of a shortest call from its trigger on, planned once per grammar from its
@@ -441,4 +445,9 @@ def _signed(word: int) -> int:
 _BYTES = LlgVocabulary.build({bytes([b]): [b] for b in range(256)}, 256, {256: "<eos>"}, 257)
 _STEPS = {b: b for b in range(256)}
 _NO_CALL = -1
-_MARKUP_ONLY = frozenset(b"]} \n")
+
+
+@functools.cache
+def _markup(format: str) -> tuple[bytes, ...]:
+    """The format's closing markers, longest first (a JSON string's closers left out)."""
+    return tuple(sorted((c for c in format_closers(format) if b'"' not in c), key=len, reverse=True))

@@ -42,6 +42,7 @@ from typing import Any
 import anyio
 
 from callgate import parsers
+from callgate.call_plan import CallPlan
 from callgate.decoding import closing_marks
 from callgate.formats import get_format
 from callgate.serving import chat_completions, recovery
@@ -50,7 +51,6 @@ from callgate.serving.audit import AuditLog
 from callgate.serving.conform import (
     call_id_factory,
     conform_chat,
-    grammar_thinking,
     parser_tools,
     stops_outside_markup,
 )
@@ -85,7 +85,8 @@ from callgate.types import DiagnosticEvent, Event, TextDelta, arguments_json
 from callgate.types import ReasoningDelta as ParsedReasoning
 
 log = logging.getLogger("callgate.chat")
-_WARM_TOOL = {"type": "function", "function": {"name": "warm_up"}}
+# under `none` no tool enters the grammar or its key
+_WARM_PLAN = CallPlan.of([{"type": "function", "function": {"name": "warm_up"}}], "none", None, None)
 _WARM_TIMEOUT_S = 600.0
 
 __all__ = ["Admission", "ChatFailure", "ChatService", "Turn"]
@@ -118,7 +119,7 @@ class ChatService:
         """Fit the request to the format (400 when it cannot be), admit it (429 when full)
         and compile its constraint; the caller must `close()` the returned turn (the
         response functions do it themselves)."""
-        req = conform_chat(self.settings.format, req)
+        req = conform_chat(self.settings.format, req, reasons=self.reasons)
         check_logit_bias(req, self.engine.tokenizer.vocab_size)
         self.admission.acquire()
         started_s = time.monotonic()
@@ -135,8 +136,7 @@ class ChatService:
             )
             await self._prompt(turn)  # fail fast: 400 for an oversized prompt before streaming
             if req.quick:  # heads placed after the user turn start beside the main generation
-                tools = None if req.tool_choice == "none" else req.tools
-                conversation = Conversation(req.messages, tools, req.thinking, req.reasoning_effort)
+                conversation = Conversation(req.messages, req.plan.shown, req.thinking, req.reasoning_effort)
                 turn.quick = self.quick.beside(conversation, req.quick, turn.completion_id)
             return turn
         except BaseException:
@@ -201,7 +201,7 @@ class ChatService:
             parser_tools(req),
             thinking=req.thinking,
             call_ids=call_id_factory(fmt),
-            json_answer=req.response_format is not None and req.tool_choice == "auto",
+            json_answer=req.plan.json_answer,
         )
         request_id = f"{turn.completion_id}-{rnd.index}"
         # Where calls or reasoning may be written, stop strings end only the text (stop_filter.py).
@@ -292,22 +292,16 @@ class ChatService:
         return turn.prompt
 
     async def _grammar_builder(self) -> Any:
-        """callgate.constraints' `build_async`, the vocabulary loaded; None when the server
+        """callgate.constraints' `build_plan_async`, the vocabulary loaded; None when the server
         runs unconstrained (switched off, or callgate.constraints absent: it is optional at
         this seam)."""
         if not self.settings.constrained:
             return None
-        build_async = getattr(importlib.import_module("callgate.constraints"), "build_async", None)
+        build_async = getattr(importlib.import_module("callgate.constraints"), "build_plan_async", None)
         if build_async is not None and self._vocabulary is None:
             self._vocabulary = await anyio.to_thread.run_sync(self.engine.tokenizer.vocabulary)
             self._specials = special_tokens(self.engine.tokenizer)
         return build_async
-
-    def _thinking(self, req: ChatRequest) -> bool | None:
-        """The grammar's `thinking` (conform.grammar_thinking), False for a model that
-        writes no reasoning block (Settings.reasoning): it may open none."""
-        thinking = grammar_thinking(self.settings.format, req)
-        return False if thinking is None and not self.reasons else thinking
 
     async def _constraint(self, req: ChatRequest) -> ConstraintRef | None:
         build_async = await self._grammar_builder()
@@ -315,14 +309,10 @@ class ChatService:
             return None
         constraint = await build_async(
             self.settings.format,
-            req.tools or (),
-            req.tool_choice,
-            req.parallel_tool_calls,
-            req.response_format,
+            req.plan,
             self._vocabulary,
             eos_token_id=self.engine.tokenizer.eos_token_id,
             specials=self._specials,
-            thinking=self._thinking(req),
             actor=req.actor,
             timeout_s=self.settings.limits.grammar_timeout_s,
         )
@@ -339,12 +329,11 @@ class ChatService:
             if build_async is None:
                 return
             start = time.monotonic()
+            # the plan a `none` request with default settings gets (its thinking as conform_chat sets it)
+            plan = dataclasses.replace(_WARM_PLAN, thinking=None if self.reasons else False)
             await build_async(
                 self.settings.format,
-                [_WARM_TOOL],  # under `none` no tool enters the grammar or its key
-                "none",
-                None,
-                None,
+                plan,
                 self._vocabulary,
                 eos_token_id=self.engine.tokenizer.eos_token_id,
                 specials=self._specials,

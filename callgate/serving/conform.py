@@ -6,9 +6,10 @@ alias `thinking`) maps onto the render options of each format — on opens the f
 reasoning block (refused, 400, where the format has none); off is Qwen3's
 `enable_thinking=False` for the Qwen3 ChatML framing (`reasoning_effort="none"`: an empty,
 closed think block) and the plain non-reasoning prompt elsewhere, and what that prompt
-did with the block for the grammar (opened, closed, neither: `grammar_thinking`); where
+did with the block for the grammar (opened, closed, neither: `grammar_thinking`, kept in the
+request's call plan); where
 stop strings are applied (`stops_outside_markup`); and which tools the
-parser and grammar are told about (the tools the prompt shows, `()` when none: "no tools"
+parser is told about (the call plan's shown tools, `()` when none: "no tools"
 is not "tools unknown", which would let llama3-json read a JSON answer as a call); and call ids for formats whose
 spec fixes their form (`call_id_pattern`: mistral's 9 letters/digits): fresh ids in that
 form for calls the model wrote without one, and the client's history ids (OpenAI's
@@ -39,12 +40,17 @@ SHORT_ID_LENGTH = 9  # mistral-common v3 tekken: ids of exactly 9 letters/digits
 Messages = tuple[Mapping[str, Any], ...]
 
 
-def conform_chat(fmt: str, req: ChatRequest) -> ChatRequest:
-    """`req` with render options and call ids fit for format `fmt`; 400 for a reasoning
-    switch the format cannot honour."""
+def conform_chat(fmt: str, req: ChatRequest, *, reasons: bool = True) -> ChatRequest:
+    """`req` with render options and call ids fit for format `fmt`, and its call plan's
+    `thinking` set (`grammar_thinking`); 400 for a reasoning switch the format cannot
+    honour. `reasons`: whether the served model writes reasoning blocks at all
+    (Settings.reasoning); one that does not may open none."""
     thinking, effort = reasoning_options(fmt, req.thinking_switch, req.reasoning_effort)
     messages = conform_call_ids(fmt, req.messages)
-    return dataclasses.replace(req, thinking=thinking, reasoning_effort=effort, messages=messages)
+    fitted = dataclasses.replace(req, thinking=thinking, reasoning_effort=effort, messages=messages)
+    opened = grammar_thinking(fmt, fitted)
+    plan = dataclasses.replace(req.plan, thinking=False if opened is None and not reasons else opened)
+    return dataclasses.replace(fitted, plan=plan)
 
 
 def conform_quick(fmt: str, req: QuickRequest) -> QuickRequest:
@@ -87,8 +93,9 @@ def grammar_thinking(fmt: str, req: ChatRequest) -> bool | None:
 
 
 def parser_tools(req: ChatRequest) -> tuple[Mapping[str, Any], ...]:
-    """The tools the prompt shows: none under tool_choice `none`, `()` when none were given."""
-    return () if req.tool_choice == "none" else tuple(req.tools or ())
+    """The tools the prompt shows (the call plan's): none under tool_choice `none`, `()`
+    when none were given."""
+    return req.plan.shown_tools()
 
 
 def stops_outside_markup(fmt: str, req: ChatRequest) -> bool:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from callgate.serving.idempotency import idempotency_key
@@ -103,17 +103,17 @@ def choice_violation(req: ChatRequest, result: ParseResult) -> Diagnostic | None
     """What the grammar guarantees, checked again (it may be off): tool_choice `required` or
     named needs a call, named allows only that tool, parallel_tool_calls=false at most one."""
     calls = result.candidates
-    forced = req.tool_choice == "required" or isinstance(req.tool_choice, Mapping)
-    if forced and not calls:
+    plan = req.plan
+    if plan.forced and not calls:
         return Diagnostic("missing_tool_call", "expected a tool call (tool_choice requires one), got none", (0, 0))
-    if isinstance(req.tool_choice, Mapping):
-        wanted = req.tool_choice["function"]["name"]
+    wanted = plan.named
+    if wanted is not None:
         for c in calls:
             if c.name != wanted:
                 return Diagnostic(
                     "wrong_tool", f"expected a call to {wanted!r}, got {c.name!r} at offset {c.span[0]}", c.span
                 )
-    if not req.parallel_tool_calls and len(calls) > 1:
+    if not plan.parallel and len(calls) > 1:
         message = f"expected one call (parallel_tool_calls is false), got {len(calls)} at offset {calls[1].span[0]}"
         return Diagnostic("too_many_calls", message, calls[1].span)
     return None

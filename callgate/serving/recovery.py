@@ -11,7 +11,7 @@ tool_choice {"type": "function", "function": {"name": N}} gets, so the call come
 the native markup with schema-constrained arguments and goes to the validator like any
 candidate.
 
-Knows: when an answer is looked at (tool_choice `auto`, tools declared, no response_format:
+Knows: when an answer is looked at (a call plan in mode `auto`, so tools declared, with no response schema:
 a JSON answer asked for is never a call), when a recovery round runs and what it is
 recorded as. A recovery round is one of the request's repair rounds (`max_repairs`): none
 is run when the budget is spent, when the server runs unconstrained (no grammar could hold
@@ -69,7 +69,7 @@ def find_outside_call(
 ) -> OutsideCall | None:
     """The call that a round's answer is, written outside the markup; None when there is none
     or the request is not one whose answers are looked at (see the module docstring)."""
-    if req.tool_choice != "auto" or req.response_format is not None or not req.tools:
+    if req.plan.mode != "auto" or req.plan.response_schema is not None:
         return None
     return find_call_outside_markup(fmt, output, result, parser_tools(req), truncated=finish_reason == "length")
 
@@ -93,7 +93,8 @@ def refusal(settings: Settings, req: ChatRequest, round_index: int, max_repairs:
 def named_request(req: ChatRequest, tool: str) -> ChatRequest:
     """`req` as a request naming `tool` in tool_choice: what the recovery round is held to
     (its grammar, and the checks of tool_choice that the grammar would enforce)."""
-    return dataclasses.replace(req, tool_choice={"type": "function", "function": {"name": tool}})
+    named = {"type": "function", "function": {"name": tool}}
+    return dataclasses.replace(req, tool_choice=named, plan=req.plan.naming(tool))
 
 
 async def plan(

@@ -22,7 +22,7 @@ from pydantic import BaseModel, ValidationError
 
 from callgate.errors import InvalidRequestError, PayloadTooLargeError
 from callgate.serving.protocol_checks import ToolChoice, check_response_format, check_tool_choice, check_tools
-from callgate.serving.protocol_request import ChatRequest, ThinkingSwitch
+from callgate.serving.protocol_request import ChatRequest, ThinkingSwitch, call_plan
 from callgate.serving.protocol_wire import (
     CallgateExtensionWire,
     FunctionWire,
@@ -99,6 +99,7 @@ class ResponsesRequest:
             quick=self.quick,
             reasoning_effort=self.reasoning_effort,
             thinking=bool(self.thinking_switch and self.thinking_switch.on),
+            plan=call_plan(self.tools, self.tool_choice, self.parallel_tool_calls, self.response_format),
             thinking_switch=self.thinking_switch,
         )
 

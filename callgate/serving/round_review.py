@@ -165,7 +165,7 @@ def _reasoning_cut_short(req: ChatRequest, rnd: Round, broken: Diagnostic) -> bo
     reasoning so far, no content, finish_reason "length" or "stop" — unless tool_choice
     needed a call (then a 502, as documented)."""
     assert rnd.result is not None
-    forced = req.tool_choice == "required" or isinstance(req.tool_choice, Mapping)
+    forced = req.plan.forced
     others = [d for d in rnd.result.diagnostics if d is not broken and d.code not in ADVISORY_CODES]
     ended = rnd.finish_reason in ("length", "stop")
     return broken.code == "missing_think_end" and ended and not forced and not others

@@ -21,6 +21,7 @@ _FORMAT_MODULES = {
     "dsml-v4": "callgate.templates.dsml",
     "qwen3-xml": "callgate.templates.qwen3_xml",
     "hermes": "callgate.templates.chatml",
+    "hermes-qwen2.5": "callgate.templates.chatml",
     "llama3-json": "callgate.templates.llama3",
     "mistral": "callgate.templates.mistral",
 }

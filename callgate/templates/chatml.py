@@ -1,6 +1,6 @@
 """Messages + tools -> a ChatML prompt in the `hermes` format (JSON calls in <tool_call>),
 byte for byte as the Qwen3 chat template writes it (framing "chatml-qwen3", primary) or
-the Qwen2.5-Instruct template (framing "chatml-qwen2.5", see `qwen25_variant`);
+the Qwen2.5-Instruct template (framing "chatml-qwen2.5": the format `hermes-qwen2.5`);
 golden/hermes/FORMAT.md describes both.
 
 Knows: ChatML turns, the tools block, the call layout, tool results as <tool_response> in a
@@ -39,7 +39,6 @@ Deliberate differences from the reference, for structure and safety:
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -55,11 +54,6 @@ JSON_LT = "\\u003c"  # `<` inside a JSON string, same value
 QWEN3, QWEN25 = "chatml-qwen3", "chatml-qwen2.5"
 _ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
 _EFFORTS = frozenset({"none", "minimal", "low", "medium", "high"})
-
-
-def qwen25_variant(fmt: ToolCallFormat) -> ToolCallFormat:
-    """The hermes spec with Qwen2.5-Instruct framing (default system prompt, no reasoning)."""
-    return dataclasses.replace(fmt, framing=QWEN25)
 
 
 @dataclass(frozen=True, slots=True)

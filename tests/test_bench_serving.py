@@ -1,0 +1,48 @@
+"""The serving benchmark's pure helpers: the requests each server gets, what counts as a
+streamed token for TTFT, and the peer's command line (loopback, its own tool calling)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.conftest import load_benchmark
+
+bench = load_benchmark("bench_serving")
+servers = load_benchmark("servers")
+
+MESSAGES = [{"role": "user", "content": "hi"}]
+TOOLS = ({"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}},)
+
+
+def test_vllm_gets_callgates_token_ids_or_the_messages_with_tools() -> None:
+    ids = [1, 2, 3]
+    plain = bench.request_body("vllm", MESSAGES, ids, 8, bench.Shape())
+    assert plain["prompt"] == ids and "messages" not in plain
+    chat = bench.request_body("vllm", MESSAGES, ids, 8, bench.Shape("chat", TOOLS))
+    assert chat["messages"] == MESSAGES and chat["tools"] == list(TOOLS) and chat["tool_choice"] == "auto"
+    ours = bench.request_body("callgate", MESSAGES, ids, 8, bench.Shape("completions", TOOLS))
+    assert "prompt" not in ours and ours["tools"] == list(TOOLS)
+    assert "tools" not in bench.request_body("callgate", MESSAGES, ids, 8, bench.Shape())
+
+
+def test_a_tool_call_delta_counts_as_a_token_an_empty_delta_does_not() -> None:
+    assert bench._chunk_text({"delta": {"content": "x"}}) == "x"
+    assert bench._chunk_text({"text": "y"}) == "y"
+    call = {"delta": {"tool_calls": [{"index": 0, "function": {"arguments": '{"a'}}]}}
+    assert bench._chunk_text(call)
+    assert bench._chunk_text({"delta": {"role": "assistant"}}) == ""
+    assert bench._chunk_text({"delta": {"tool_calls": [{"index": 0}]}}) == ""
+
+
+def test_the_peer_is_vllms_server_on_loopback_with_its_hermes_parser() -> None:
+    cmd = servers.vllm_serve_command(
+        Path("/m"), 9000, served_name="peer", max_model_len=4096, max_num_seqs=16, seed=0, tool_parser="hermes"
+    )
+    assert cmd[1:5] == ["-m", "vllm.entrypoints.openai.api_server", "--model", "/m"]
+    assert cmd[cmd.index("--host") + 1] == "127.0.0.1" and cmd[cmd.index("--port") + 1] == "9000"
+    assert cmd[cmd.index("--tool-call-parser") + 1] == "hermes" and "--enable-auto-tool-choice" in cmd
+    bare = servers.vllm_serve_command(
+        Path("/m"), 9000, served_name="peer", max_model_len=4096, max_num_seqs=16, seed=0, tool_parser=""
+    )
+    assert "--enable-auto-tool-choice" not in bare
+    assert servers.engine_env(2, 1)["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
