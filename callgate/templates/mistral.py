@@ -41,7 +41,6 @@ from callgate.templates.json_messages import (
     check_options,
     check_reasoning,
     content_text,
-    decode_arguments,
     dump_json,
     message_role,
     neutralise_json,
@@ -49,6 +48,7 @@ from callgate.templates.json_messages import (
     quick_task,
     template_error,
 )
+from callgate.templates.tool_arguments import decode_arguments
 
 __all__ = ["render"]
 
@@ -264,7 +264,7 @@ def _tool_result(fmt: ToolCallFormat, turn: _Turn) -> str:
     text = turn.text or "{}"  # mistral-common reads an empty result as {}
     try:
         content: Any = json.loads(text)
-    except json.JSONDecodeError:
+    except (ValueError, RecursionError):  # not JSON, an integer past int()'s limit, too deep
         content = text
     # A result that reads as JSON with a non-finite number (`1e999`, `NaN`) is written the way
     # mistral-common writes it (`Infinity`, `NaN`): a tool's output is data, not a request error.
