@@ -119,10 +119,8 @@ def _read_call(raw: object, where: str, fmt: ToolCallFormat) -> _Call:
     name = function.get("name")
     if not isinstance(name, str) or not _full(fmt.markers["name_pattern"], name):
         raise _bad_name(f"{where}.function.name", name)
-    arguments = function.get("arguments")
-    if arguments is None or arguments == "":
-        arguments = "{}"  # mistral-common reads missing or empty arguments as {}
-    return _Call(name, decode_arguments(arguments, f"{where}.function.arguments"), call_id)
+    # mistral-common reads "" as {} too; here "" is not JSON, refused as in every format
+    return _Call(name, decode_arguments(function.get("arguments"), f"{where}.function.arguments"), call_id)
 
 
 def _read_tool_fields(message: Mapping[str, Any], where: str, fmt: ToolCallFormat) -> str:

@@ -5,7 +5,8 @@ form), an object already decoded (the Python API), or absent (None: no arguments
 the one strict rule they are read by (callgate/strict_json.py: no repeated key, no NaN or
 Infinity, numbers in range, no lone surrogate, bounded nesting, nothing after the value).
 An object is held to the same rule as the text it would be written as. The value must be
-a JSON object.
+a JSON object; an empty string is not JSON (mistral-common reads it as {}, callgate refuses
+it in every format, as the HTTP surfaces do).
 Does not know: any prompt layout; what a format does with the object afterwards.
 
 Raises TemplateError (HTTP 400) whose message and `param` name the field, e.g.
