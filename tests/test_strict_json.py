@@ -5,7 +5,8 @@ its range, a 5000-digit integer, a lone surrogate escape, text after the value, 
 is not an object, nesting past the bound -- are refused by all six formats'
 `templates.render` with a TemplateError (400) naming the field, and the clean ones around
 them (a big integer, a surrogate pair, the deepest nesting allowed) are rendered by all six;
-two formats are also driven through the real HTTP server on the fake engine. The parsers
+the real HTTP server on the fake engine gives the same verdicts on chat completions (hermes,
+qwen3-xml) and on the Responses surface, each naming its own field. The parsers
 read model output by the same rule: a call whose argument value breaks it is a diagnostic,
 never a candidate, in every format, and the clean values come back exactly.
 """
@@ -148,6 +149,34 @@ def test_the_server_gives_the_same_verdict(serve: Callable[..., Any], fmt: str) 
         resp = post(arguments)
         assert resp.status_code == 200, (name, resp.text)
         assert resp.json()["choices"][0]["message"]["content"] == "fine"
+
+
+def test_the_responses_surface_gives_the_same_verdict(serve: Callable[..., Any]) -> None:
+    server = serve(respond=lambda req: ["fine"], format="qwen3-xml", max_model_len=16384)
+    tools = [{"type": "function", "name": "f", "parameters": TOOLS[0]["function"]["parameters"]}]
+
+    def post(arguments: str) -> httpx.Response:
+        call = {"type": "function_call", "call_id": CALL_ID, "name": "f", "arguments": arguments}
+        items = [
+            {"role": "user", "content": "go"},
+            call,
+            {"type": "function_call_output", "call_id": CALL_ID, "output": "done"},
+        ]
+        body = {"model": MODEL, "input": items, "tools": tools}
+        return httpx.post(
+            server.url + "/v1/responses",
+            content=json.dumps(body).encode(),
+            headers={"content-type": "application/json"},
+        )
+
+    for name, arguments in REFUSED.items():
+        if name == "raw_surrogate":
+            continue  # refused with the body itself, as above
+        resp = post(arguments)
+        assert resp.status_code == 400, (name, resp.text)
+        assert resp.json()["error"]["param"] == "input[1].arguments", name
+    for name, (arguments, _) in ACCEPTED.items():
+        assert post(arguments).status_code == 200, name
 
 
 # ---- the parsers read model output by the same rule -------------------------------------------
