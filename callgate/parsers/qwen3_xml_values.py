@@ -66,6 +66,7 @@ class TypedValue:
     value: Any = None
     error: str | None = None
     expected: str = ""  # the declared types, for the diagnostic message
+    reason: str = ""  # for invalid_json_value: what strict_json found wrong
 
 
 def declared_types(prop: Any, root: Mapping[str, Any] | None = None) -> tuple[str, ...]:
@@ -135,19 +136,20 @@ def decode(text: str, types: tuple[str, ...]) -> TypedValue:
     """The value of `text` under the first of `types` that fits it."""
     if streams_as_text(types):
         return TypedValue(text)
-    json_broken = False
+    broken = ""  # why text that starts like JSON is not (strict_json's words)
     for kind in types:
         if kind in ("string", RAW):
             return TypedValue(text)
         if kind in _CONTAINERS:
-            fits, value, broken = _container(text, _CONTAINERS[kind])
-            json_broken = json_broken or broken
+            fits, value, why = _container(text, _CONTAINERS[kind])
+            broken = broken or why
         else:
             fits, value = _scalar(text, kind)
         if fits:
             return TypedValue(value)
-    code = "invalid_json_value" if json_broken else "value_type_mismatch"
-    return TypedValue(error=code, expected=" or ".join(types))
+    if broken:
+        return TypedValue(error="invalid_json_value", expected=" or ".join(types), reason=broken)
+    return TypedValue(error="value_type_mismatch", expected=" or ".join(types))
 
 
 def _scalar(text: str, kind: str) -> tuple[bool, Any]:
@@ -163,12 +165,14 @@ def _scalar(text: str, kind: str) -> tuple[bool, Any]:
     return (True, None) if text in _NULLS else (False, None)
 
 
-def _container(text: str, kind: type) -> tuple[bool, Any, bool]:
-    """(fits, value, looked like JSON but did not parse)."""
-    if not text or text[0] not in "[{" or text[-1] not in "]}":
-        return False, None, bool(text) and text[0] in "[{"
+def _container(text: str, kind: type) -> tuple[bool, Any, str]:
+    """(fits, value, why it looked like JSON but did not parse: "" when it did not look so)."""
+    if not text or text[0] not in "[{":
+        return False, None, ""
+    if text[-1] not in "]}":
+        return False, None, "a JSON value that ends with ] or }"
     try:
         value = strict_json.loads(text)
-    except strict_json.StrictJsonError:
-        return False, None, True
-    return isinstance(value, kind), value, False
+    except strict_json.StrictJsonError as err:
+        return False, None, str(err)
+    return isinstance(value, kind), value, ""
