@@ -288,3 +288,15 @@ def test_error_names_what_and_where() -> None:
     with pytest.raises(StrictJsonError) as err:
         loads('{"a": 1, "a": 2}')
     assert err.value.code == "duplicate_key" and '"a"' in str(err.value)
+
+
+def test_a_lone_surrogate_in_model_output_is_a_502_not_a_crash(serve: Callable[..., Any]) -> None:
+    """Model output the rule refuses is a clear model_output_error; read as before (lone
+    halves kept) the candidate could not be written as UTF-8, and the response was a 500."""
+    reply = '<tool_call>\n{"name": "f", "arguments": {"a": {"s": "x\\ud800"}}}\n</tool_call>'
+    server = serve(respond=lambda req: [reply], format="hermes")
+    resp = httpx.post(
+        server.url + "/v1/chat/completions", json={"model": MODEL, "messages": history("{}")[:1], "tools": TOOLS}
+    )
+    assert resp.status_code == 502, resp.text
+    assert (resp.json()["error"]["type"], resp.json()["error"]["code"]) == ("model_output_error", "invalid_json")
