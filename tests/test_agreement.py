@@ -295,12 +295,30 @@ def _numbers_unbounded() -> bool:
     return accepts(c.grammar, '<tool_call>\n{"name": "f", "arguments": {"x": 1e309}}\n</tool_call>')
 
 
+@cache
+def _surrogates_unpaired() -> bool:
+    """Whether the grammar still admits a lone surrogate escape (in a free key), which
+    strict_json refuses."""
+    c = constraints.build("hermes", HUGE, "required", True, None, byte_vocabulary())
+    assert c is not None
+    return accepts(c.grammar, '<tool_call>\n{"name": "f", "arguments": {"\\ud800": 1}}\n</tool_call>')
+
+
 def known_number_range(result: Any) -> bool:
-    """The result's only diagnostics are numbers past the float range, while the grammar still
-    admits them: the known disagreement test_no_number_the_parser_refuses_is_admitted pins
-    down (callers skip such a sample; once it is fixed, this is False and they check it)."""
+    """The result's only diagnostics are llguidance %json's known gaps -- numbers past the
+    float range, lone surrogate escapes -- while the grammar still admits them (pinned by
+    strict xfails; callers skip such a sample; once fixed, this is False and they check it)."""
     ds = result.diagnostics
-    return bool(ds) and _numbers_unbounded() and all(_past_float_range(d.message) for d in ds)
+    return bool(ds) and all(
+        (_numbers_unbounded() and _past_float_range(d.message))
+        or (_surrogates_unpaired() and "surrogate pair" in d.message)
+        for d in ds
+    )
+
+
+@pytest.mark.xfail(strict=True, reason="llguidance's %json keys admit lone surrogate escapes")
+def test_no_lone_surrogate_escape_is_admitted() -> None:
+    assert not _surrogates_unpaired()
 
 
 def _past_float_range(message: str) -> bool:

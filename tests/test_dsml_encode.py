@@ -26,6 +26,8 @@ ENCODE_EXEMPT = {
     "v4_vis_wo_eos_prefill": "training-only `wo_eos` field",
     "v4_official_test_3": "tools attached to a developer message, not the first system message",
     "v4_vis_developer_tools_think": "tools attached to a developer message, not the first system message",
+    "v4_vis_args_invalid_json_fallback": "strict arguments: callgate refuses arguments that are not strict JSON in "
+    "every format (callgate/strict_json.py); the V4 reference passes them on as one string parameter",
 }
 
 # What each refusal's message must name (the field at fault).
@@ -37,7 +39,7 @@ REFUSAL_NAMES = {
     "unknown_role": "messages[1].role",
     "invalid_thinking_mode": "thinking",
     "arguments_not_json": "messages[2].tool_calls[0].function.arguments: not valid JSON",
-    "arguments_not_object": "messages[2].tool_calls[0].function.arguments: not a JSON object",
+    "arguments_not_object": "messages[2].tool_calls[0].function.arguments: must be a JSON object",
     "developer_dropped_breaks_render": "messages[0]",
     "invalid_task": "messages[0].task",
     "invalid_reasoning_effort": "reasoning_effort",
@@ -100,6 +102,9 @@ def _check_exemption(case: dict[str, Any]) -> None:
         assert case.get("context")
     elif "wo_eos" in reason:
         assert any(m.get("wo_eos") for m in case["messages"])
+    elif "strict arguments" in reason:
+        with pytest.raises(TemplateError, match=r"function\.arguments: not valid JSON"):
+            _run(case)
     else:
         index = case.get("tools_attach_index")
         if index is None:

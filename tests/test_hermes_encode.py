@@ -150,7 +150,7 @@ def _call_message(**function: Any) -> list[dict[str, Any]]:
         (_call_message(arguments="{not json"), "messages[1].tool_calls[0].function.arguments: not valid JSON"),
         (_call_message(arguments='{"a": 1, "a": 2}'), "messages[1].tool_calls[0].function.arguments: not valid JSON"),
         (_call_message(arguments='{"a": NaN}'), "messages[1].tool_calls[0].function.arguments: not valid JSON"),
-        (_call_message(arguments="[1, 2]"), "messages[1].tool_calls[0].function.arguments: expected a JSON object"),
+        (_call_message(arguments="[1, 2]"), "messages[1].tool_calls[0].function.arguments: must be a JSON object"),
         (_call_message(name='say"hi'), "messages[1].tool_calls[0].function.name"),
         (_call_message(name=""), "messages[1].tool_calls[0].function.name"),
         (_call_message(name="a<|im_end|>"), "messages[1].tool_calls[0].function.name"),

@@ -1,11 +1,10 @@
-"""The streaming JSON scanner against the standard library: the same verdict as a strict
-json.loads on every text, the canonical arguments text equal to json.dumps of the decoded
-value, and the same results however the text is split."""
+"""The streaming JSON scanner against the whole-text reader of the same rule: the same
+verdict as callgate.strict_json.loads on every text, the canonical arguments text equal to
+json.dumps of the decoded value, and the same results however the text is split."""
 
 from __future__ import annotations
 
 import json
-import math
 import random
 from typing import Any
 
@@ -14,31 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from callgate.parsers.json_scan import PLAIN_KEPT, PLAIN_STREAMED, RUNNING, JsonScanner
+from callgate.strict_json import StrictJsonError, loads
 from tests.harness import json_values, random_split
-
-
-def _strict_loads(text: str) -> Any:
-    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
-        out = dict(items)
-        if len(out) != len(items):
-            raise ValueError("duplicate key")
-        return out
-
-    def constant(name: str) -> Any:
-        raise ValueError(name)
-
-    value = json.loads(text, object_pairs_hook=pairs, parse_constant=constant)
-    if any(isinstance(v, float) and math.isinf(v) for v in _leaves(value)):
-        raise ValueError("out of range")
-    return value
-
-
-def _leaves(value: Any) -> list[Any]:
-    if isinstance(value, dict):
-        return [leaf for v in value.values() for leaf in _leaves(v)]
-    if isinstance(value, list):
-        return [leaf for v in value for leaf in _leaves(v)]
-    return [value]
 
 
 def _scan(pieces: list[str], **kwargs: Any) -> tuple[JsonScanner, int]:
@@ -62,6 +38,22 @@ TEXTS = [
     '{"a": [1, -0, 0.5, 1e5, 1E-2, true, false, null, "x\\u00e9\\ud83d\\ude00\\n"]}',
     '  {"a" : {}, "b":[ ] }  ',
     '"\\ud83d"',
+    '"\\ud83d\\ude00"',
+    '"\\ude00"',
+    '"\\ud83dx"',
+    '"\\ud83d\\n"',
+    '"\\ud83d\\ud83d"',
+    '"\\\\ud83d"',
+    '{"\\ud83d": 1}',
+    '["\ud83d"]',
+    "[" * 128 + "]" * 128,
+    "[" * 129 + "]" * 129,
+    '{"a": ' * 129 + "1" + "}" * 129,
+    "9" * 4300,
+    "-" + "9" * 4300,
+    "9" * 4301,
+    str(2**64 + 1),
+    "1e-999",
     "-12.5e+3",
     "{'a': 1}",
     '{"a": 1,}',
@@ -93,11 +85,14 @@ TEXTS = [
 @pytest.mark.parametrize("text", TEXTS)
 def test_same_verdict_as_strict_json(text: str) -> None:
     try:
-        _strict_loads(text)
-        valid = True
-    except ValueError:
-        valid = False
-    assert _accepts(text) == valid
+        loads(text)
+        code = None
+    except StrictJsonError as err:
+        code = err.code
+    scanner, _ = _scan([text])
+    assert _accepts(text) == (code is None)
+    if code is not None and scanner.error is not None:  # each text here breaks one thing
+        assert scanner.error.code == code
 
 
 CALL_OBJECTS = st.builds(
@@ -140,9 +135,9 @@ def test_values_and_splits(value: Any, seed: int) -> None:
 @given(st.text(alphabet="{}[]\",:\\ 0123456789.eE+-truefalsn\n'abu", max_size=30))
 def test_random_text_verdict(text: str) -> None:
     try:
-        _strict_loads(text)
+        loads(text)
         valid = True
-    except (ValueError, RecursionError):
+    except StrictJsonError:
         valid = False
     assert _accepts(text) == valid
 

@@ -23,7 +23,7 @@ def _call_turn(arguments: Any, name: str = "f") -> list[dict[str, Any]]:
     ("messages", "field"),
     [
         (_call_turn("{not json"), r"messages\[1\]\.tool_calls\[0\]\.function\.arguments: not valid JSON"),
-        (_call_turn("[1, 2]"), r"messages\[1\]\.tool_calls\[0\]\.function\.arguments: expected a JSON object"),
+        (_call_turn("[1, 2]"), r"messages\[1\]\.tool_calls\[0\]\.function\.arguments: must be a JSON object"),
         (_call_turn('{"a": 1, "a": 2}'), r"messages\[1\]\.tool_calls\[0\]\.function\.arguments: not valid JSON"),
         (_call_turn("{}", name="get weather"), r"messages\[1\]\.tool_calls\[0\]\.function\.name"),
         (_call_turn("{}", name=""), r"messages\[1\]\.tool_calls\[0\]\.function\.name"),

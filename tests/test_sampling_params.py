@@ -147,7 +147,7 @@ async def test_logprobs_off_as_clients_send_it_is_accepted(make_harness: Any) ->
 @dataclass(frozen=True)
 class Ref:
     key: str = "k"
-    regex: str = "a+"
+    grammar: str = "start: /a+/"
 
 
 def test_sampling_arguments_carry_every_parameter() -> None:
@@ -179,7 +179,7 @@ def test_sampling_arguments_carry_every_parameter() -> None:
         "seed": 3,
         "stop": ["END"],
         "ignore_eos": False,
-        "extra_args": {"callgate": {"key": "k", "regex": "a+"}},
+        "extra_args": {"callgate": {"key": "k", "grammar": "start: /a+/", "request_id": ""}},
     }
     plain = vllm_engine.sampling_arguments(SamplingParams(8), 100, None)
     assert (plain["logit_bias"], plain["stop"], plain["extra_args"], plain["top_k"]) == (None, None, None, 0)
@@ -229,24 +229,26 @@ def test_a_biased_token_the_grammar_forbids_stays_forbidden() -> None:
     from vllm.sampling_params import SamplingParams as VllmSamplingParams
     from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor, build_logitsprocs
 
-    from tests.test_processor import VOCAB as TINY_VOCAB
-    from tests.test_processor import TinyBatch, allowed, constrained
+    from tests.test_decoding_processor import WIDTH, ByteBatch, lark
 
-    class TinyVllmBatch(TinyBatch, LogitsProcessor):
+    class ByteVllmBatch(ByteBatch, LogitsProcessor):
         pass
 
     config = SimpleNamespace(speculative_config=None, scheduler_config=SimpleNamespace(max_num_seqs=4))
-    procs = build_logitsprocs(config, torch.device("cpu"), False, False, [TinyVllmBatch])  # type: ignore[arg-type]
+    procs = build_logitsprocs(config, torch.device("cpu"), False, False, [ByteVllmBatch])  # type: ignore[arg-type]
     order = [type(p).__name__ for p in procs.non_argmax_invariant]
-    assert order.index("LogitBiasLogitsProcessor") < order.index("TinyVllmBatch")
-    extra = constrained("ab*").extra_args
-    params = VllmSamplingParams(max_tokens=8, logit_bias={0: -100.0, 2: 100.0}, extra_args=extra)
+    assert order.index("LogitBiasLogitsProcessor") < order.index("ByteVllmBatch")
+    a, b, c = ord("a"), ord("b"), ord("c")
+    params = VllmSamplingParams(
+        max_tokens=8, logit_bias={a: -100.0, c: 100.0}, extra_args={"callgate": lark("/ab*/", "ab")}
+    )
     update = BatchUpdate(batch_size=1, removed=[], added=[(0, params, [], [])], moved=[])
     for p in procs.all:
         p.update_state(update)
-    logits = torch.zeros(1, TINY_VOCAB)
+    logits = torch.zeros(1, WIDTH)
     for p in procs.non_argmax_invariant:  # as vLLM's Sampler.apply_logits_processors runs them
         logits = p.apply(logits)
-    assert allowed(logits, 0) == {0, 10}  # "a" and "ab": the grammar's first tokens
-    assert logits[0, 0] == -100.0  # "a", biased -100: still allowed, the bias applied
-    assert logits[0, 2] == float("-inf")  # "c", biased +100, forbidden by the grammar
+    assert set(torch.isfinite(logits[0]).nonzero().flatten().tolist()) == {a}  # the grammar's first byte
+    assert logits[0, a] == -100.0  # "a", biased -100: still allowed, the bias applied
+    assert logits[0, c] == float("-inf")  # "c", biased +100, forbidden by the grammar
+    assert logits[0, b] == float("-inf")

@@ -14,13 +14,13 @@ collected in `candidates`; the caller hands them out only once the block is well
 from __future__ import annotations
 
 import json
-import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import IntEnum, auto
 from typing import Any
 
+from callgate import strict_json
 from callgate.formats import ToolCallFormat
 from callgate.parsers.base import CallIdFactory
 from callgate.parsers.dsml_scan import Buffer, MarkerSet, match_literals
@@ -76,27 +76,6 @@ def _escaped(text: str) -> str:
     if _TO_ESCAPE.search(text) is None:
         return text
     return _ENCODE(text)[1:-1]
-
-
-def strict_json(text: str) -> Any:
-    """One JSON value; NaN, Infinity, overflowing floats and duplicate keys are errors."""
-
-    def no_constants(name: str) -> Any:
-        raise ValueError(f"{name} is not JSON")
-
-    def finite(num: str) -> float:
-        value = float(num)
-        if math.isinf(value):
-            raise ValueError(f"{num} overflows a double")
-        return value
-
-    def unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-        out = dict(pairs)
-        if len(out) != len(pairs):
-            raise ValueError("duplicate key in object")
-        return out
-
-    return json.loads(text, parse_constant=no_constants, parse_float=finite, object_pairs_hook=unique)
 
 
 @dataclass(frozen=True, slots=True)
@@ -416,15 +395,14 @@ class BlockReader:
             self._args[self._key] = text
             return [ArgumentsDelta(self._index, '"')]
         try:
-            value = strict_json(text)
-            encoded = json.dumps(value, ensure_ascii=False)
-        except (ValueError, RecursionError) as err:  # RecursionError: absurdly deep nesting
+            value = strict_json.loads(text)
+        except strict_json.StrictJsonError as err:
             shown = text if len(text) <= 40 else text[:37] + "..."
             return self._fail(
                 "invalid_json_value", ["a JSON value"], f"{shown!r} ({err})", self._value_start, len(text)
             )
         self._args[self._key] = value
-        return [ArgumentsDelta(self._index, encoded)]
+        return [ArgumentsDelta(self._index, json.dumps(value, ensure_ascii=False))]
 
     def _end_invoke(self) -> list[Event]:
         raw = "".join(self._raw)

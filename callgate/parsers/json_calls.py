@@ -501,7 +501,7 @@ class JsonCallParser:
         if not body.strip():
             self._diag("empty_call_block", "a JSON call", quote(raw), span)
             return
-        value = json.loads(body)  # the scanner has checked it is strict JSON
+        value = json.loads(body)  # the scanner read it by strict_json's rule, depth included
         if spec.layout == "single" and isinstance(value, list):
             self._diag("parallel_calls_unsupported", "one call object", "a JSON array", span)
             return

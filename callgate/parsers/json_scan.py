@@ -1,8 +1,9 @@
 """Strict incremental scanner for one JSON value (RFC 8259), fed piece by piece.
 
-Knows: JSON syntax -- nesting, strings and their escapes, numbers, literals -- and rejects
-what strict JSON rejects (single quotes, trailing commas, NaN/Infinity, control characters
-in strings, numbers out of float range, duplicate object keys). For a *call object* it also
+Knows: JSON syntax -- nesting, strings and their escapes, numbers, literals -- and reads it
+by the one strict rule of callgate/strict_json.py: it rejects single quotes, trailing commas,
+control characters in strings, NaN/Infinity, numbers out of range, duplicate object keys,
+lone surrogates (escaped or raw) and nesting past MAX_DEPTH. For a *call object* it also
 knows two things: the string under its name key, and the canonical text
 (`json.dumps(..., ensure_ascii=False)`) of its arguments object, produced as the value
 arrives so that a parser can stream it.
@@ -24,11 +25,12 @@ regex match each, and nothing already consumed is looked at again.
 from __future__ import annotations
 
 import json
-import math
 import re
 from dataclasses import dataclass
 
-_PLAIN_RUN = re.compile(r'[^"\\\x00-\x1f]+')
+from callgate.strict_json import MAX_DEPTH, number_value
+
+_PLAIN_RUN = re.compile(r'[^"\\\x00-\x1f\ud800-\udfff]+')
 _WS_RUN = re.compile(r"[ \t\n\r]+")
 _NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
 _NEEDS_ESCAPE = re.compile(r'["\\\x00-\x1f]')
@@ -55,15 +57,10 @@ def canonical_string(text: str) -> str:
 
 
 def canonical_number(token: str) -> str | None:
-    """json.dumps(json.loads(token)) for a valid number token; None when Python cannot
-    hold it (a float that overflows to infinity, an integer over the digit limit)."""
-    if "." in token or "e" in token or "E" in token:
-        value = float(token)
-        return None if math.isinf(value) else repr(value)
-    try:
-        return repr(int(token))
-    except ValueError:
-        return None
+    """json.dumps(json.loads(token)) for a valid number token; None when the strict rule
+    refuses it (a double that overflows to infinity, an integer over the digit limit)."""
+    value = number_value(token)
+    return None if value is None else repr(value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +89,7 @@ class JsonScanner:
         "_capture_depth",
         "_feed_start",
         "_hi",
+        "_hi_at",
         "_lit",
         "_lit_word",
         "_num",
@@ -136,7 +134,8 @@ class JsonScanner:
         self._str_start = 0
         self._str_keep = False
         self._str_stream = False
-        self._hi = ""  # pending high surrogate from a \\u escape
+        self._hi = ""  # pending high surrogate from a \\u escape (a low one must follow)
+        self._hi_at = 0  # its offset
         self._uni = ""
         self._num: list[str] = []
         self._lit = ""
@@ -260,6 +259,8 @@ class JsonScanner:
         if depth == 1 and not self._stack[0].is_object:
             self.element_spans.append((self._abs(pos), -1))
         if ch == "{" or ch == "[":
+            if depth >= MAX_DEPTH:
+                return self._fail_here("invalid_json", f"at most {MAX_DEPTH} nested arrays and objects", ch, pos)
             self._maybe_start_capture(ch, depth)
             self._stack.append(_Frame(ch == "{"))
             if depth == 0:
@@ -336,15 +337,14 @@ class JsonScanner:
         return pos + 1
 
     def _piece(self, piece: str) -> None:
-        if self._hi:
-            hi, self._hi = self._hi, ""
-            self._piece(hi)
         if self._str_keep:
             self._sb.append(piece)
         if self._str_stream:
             self.out.append(canonical_string(piece))
 
     def _string(self, text: str, pos: int) -> int:
+        if self._hi and text[pos] != "\\":
+            return self._lone_high(pos)
         m = _PLAIN_RUN.match(text, pos)
         if m is not None:
             if self._str_keep or self._str_stream:
@@ -356,12 +356,11 @@ class JsonScanner:
         if ch == "\\":
             self._state = _ESCAPE
             return pos + 1
+        if "\ud800" <= ch <= "\udfff":
+            return self._fail_here("invalid_json", "a Unicode scalar value", f"U+{ord(ch):04X}", pos)
         return self._fail_here("invalid_json", "an escaped control character", repr(ch), pos)
 
     def _close_string(self, pos: int) -> int:
-        if self._hi:
-            hi, self._hi = self._hi, ""
-            self._piece(hi)
         if self._str_stream:
             self.out.append('"')
         if not self._str_is_key:
@@ -388,6 +387,8 @@ class JsonScanner:
         return pos + 1
 
     def _escape(self, ch: str, pos: int) -> int:
+        if self._hi and ch != "u":
+            return self._lone_high(pos)
         if ch == "u":
             self._uni = ""
             self._state = _UNICODE
@@ -407,22 +408,28 @@ class JsonScanner:
         if len(self._uni) < 4:
             return pos + 1
         self._state = _STRING
+        cp = int(self._uni, 16)
+        at = self._abs(pos) - 5  # the escape's backslash
+        if self._hi:  # strict_json: a high surrogate escape pairs with a low one, never alone
+            if not 0xDC00 <= cp <= 0xDFFF:
+                return self._lone_high(pos)
+            cp = 0x10000 + ((ord(self._hi) - 0xD800) << 10) + (cp - 0xDC00)
+            self._hi = ""
+        elif 0xD800 <= cp <= 0xDBFF:
+            self._hi, self._hi_at = chr(cp), at
+            return pos + 1
+        elif 0xDC00 <= cp <= 0xDFFF:
+            self._fail("invalid_json", "a surrogate pair (high then low escape)", "\\u" + self._uni, at)
+            return pos
         if self._str_keep or self._str_stream:
-            self._code_point(int(self._uni, 16))
+            self._piece(chr(cp))
         return pos + 1
 
-    def _code_point(self, cp: int) -> None:
-        # json.loads joins a \\uD8xx\\uDCxx pair into one character and keeps lone halves.
-        if 0xD800 <= cp <= 0xDBFF:
-            if self._hi:
-                hi, self._hi = self._hi, ""
-                self._piece(hi)
-            self._hi = chr(cp)
-        elif 0xDC00 <= cp <= 0xDFFF and self._hi:
-            hi, self._hi = self._hi, ""
-            self._piece(chr(0x10000 + ((ord(hi) - 0xD800) << 10) + (cp - 0xDC00)))
-        else:
-            self._piece(chr(cp))
+    def _lone_high(self, pos: int) -> int:
+        """A high surrogate escape not followed by a low one: an error at the high escape."""
+        got = f"\\u{ord(self._hi):04x}"
+        self._fail("invalid_json", "a surrogate pair (high then low escape)", got, self._hi_at)
+        return pos
 
     # ---- numbers and literals ------------------------------------------------------------
 

@@ -37,6 +37,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from callgate import strict_json
 from callgate.formats import get_format
 from callgate.parsers.base import Tools, tool_names
 from callgate.parsers.json_scan import JsonScanner
@@ -112,10 +113,7 @@ def _call_name(body: str, format: str, truncated: bool) -> str | None:
         return _prefix_name(body) if truncated else None
     if body[end:].strip():
         return None
-    try:
-        value = json.loads(body[:end])
-    except (ValueError, RecursionError):  # deeper than Python's parser goes: not a call
-        return None
+    value = json.loads(body[:end])  # the scanner read it by strict_json's rule, depth included
     if isinstance(value, list):
         listed = get_format(format).markers.get("call_layout") == "list"
         return _object_name(value[0]) if listed and len(value) == 1 else None
@@ -152,13 +150,9 @@ def _is_object(arguments: Any) -> bool:
         return True
     if not isinstance(arguments, str):
         return False
-    scanner = JsonScanner()
-    end = scanner.feed(arguments)
-    if not scanner.done or arguments[end:].strip():
-        return False
     try:
-        return isinstance(json.loads(arguments[:end]), dict)
-    except (ValueError, RecursionError):
+        return isinstance(strict_json.loads(arguments), dict)
+    except strict_json.StrictJsonError:
         return False
 
 

@@ -623,7 +623,8 @@ class Qwen3XmlParser:
         text = "".join(call.raw[call.value_from :])
         typed = decode(text, call.value_types)
         if typed.error is not None:
-            self._fail(typed.error, typed.expected, text, call.value_start)
+            expected = f"{typed.expected} ({typed.reason})" if typed.reason else typed.expected
+            self._fail(typed.error, expected, text, call.value_start)
             return i
         name = call.value_name or ""
         call.arguments[name] = typed.value

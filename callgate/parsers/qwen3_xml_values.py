@@ -17,21 +17,21 @@ string.
 
 Per type: `string` -> the text; `integer` -> `-?(0|[1-9][0-9]*)`; `number` -> JSON number
 syntax; `boolean` -> `true`/`false`/`True`/`False` (the template writes Python `str()`);
-`null` -> `null`/`None`; `object`/`array` -> strict JSON of that kind (no NaN, no
-duplicate keys, no surrounding whitespace). A value that fits none of its types is an
+`null` -> `null`/`None`; `object`/`array` -> JSON of that kind by the one strict rule
+(callgate/strict_json.py: no NaN, no duplicate keys, no lone surrogates, bounded nesting),
+with no surrounding whitespace. Numbers are held to the same rule's range. A value that fits none of its types is an
 error code, never a guess: `invalid_json_value` when a container type was declared and
 the text starts like JSON but does not parse, `value_type_mismatch` otherwise.
 """
 
 from __future__ import annotations
 
-import json
-import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from callgate import strict_json
 from callgate.schema_ref import RefError, follow_refs
 
 RAW = ""  # pseudo type: keep the text as it is
@@ -66,6 +66,7 @@ class TypedValue:
     value: Any = None
     error: str | None = None
     expected: str = ""  # the declared types, for the diagnostic message
+    reason: str = ""  # for invalid_json_value: what strict_json found wrong
 
 
 def declared_types(prop: Any, root: Mapping[str, Any] | None = None) -> tuple[str, ...]:
@@ -135,59 +136,43 @@ def decode(text: str, types: tuple[str, ...]) -> TypedValue:
     """The value of `text` under the first of `types` that fits it."""
     if streams_as_text(types):
         return TypedValue(text)
-    json_broken = False
+    broken = ""  # why text that starts like JSON is not (strict_json's words)
     for kind in types:
         if kind in ("string", RAW):
             return TypedValue(text)
         if kind in _CONTAINERS:
-            fits, value, broken = _container(text, _CONTAINERS[kind])
-            json_broken = json_broken or broken
+            fits, value, why = _container(text, _CONTAINERS[kind])
+            broken = broken or why
         else:
             fits, value = _scalar(text, kind)
         if fits:
             return TypedValue(value)
-    code = "invalid_json_value" if json_broken else "value_type_mismatch"
-    return TypedValue(error=code, expected=" or ".join(types))
+    if broken:
+        return TypedValue(error="invalid_json_value", expected=" or ".join(types), reason=broken)
+    return TypedValue(error="value_type_mismatch", expected=" or ".join(types))
 
 
 def _scalar(text: str, kind: str) -> tuple[bool, Any]:
-    try:
-        return _scalar_value(text, kind)
-    except (ValueError, OverflowError):  # over the 4300-digit int limit, or a "number" past
-        return False, None  # a double's range: no value the validator can use
-
-
-def _scalar_value(text: str, kind: str) -> tuple[bool, Any]:
-    if kind == "integer":
-        return (True, int(text)) if _INTEGER.fullmatch(text) else (False, None)
-    if kind == "number":
-        if not _NUMBER.fullmatch(text):
+    if kind == "integer" or kind == "number":
+        if (_INTEGER if kind == "integer" else _NUMBER).fullmatch(text) is None:
             return False, None
-        number = json.loads(text)
-        # 1e400 parses to inf, which has no JSON spelling: not a number the validator can use
-        return (True, number) if math.isfinite(number) else (False, None)
+        # None past the rule's range (an integer over its digits, a double that overflows):
+        # no value the validator can use
+        number = strict_json.number_value(text)
+        return number is not None, number
     if kind == "boolean":
         return (True, _BOOLEANS[text]) if text in _BOOLEANS else (False, None)
     return (True, None) if text in _NULLS else (False, None)
 
 
-def _container(text: str, kind: type) -> tuple[bool, Any, bool]:
-    """(fits, value, looked like JSON but did not parse)."""
-    if not text or text[0] not in "[{" or text[-1] not in "]}":
-        return False, None, bool(text) and text[0] in "[{"
+def _container(text: str, kind: type) -> tuple[bool, Any, str]:
+    """(fits, value, why it looked like JSON but did not parse: "" when it did not look so)."""
+    if not text or text[0] not in "[{":
+        return False, None, ""
+    if text[-1] not in "]}":
+        return False, None, "a JSON value that ends with ] or }"
     try:
-        value = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
-    except (ValueError, RecursionError):  # RecursionError: nesting deeper than the interpreter's stack
-        return False, None, True
-    return isinstance(value, kind), value, False
-
-
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out = dict(pairs)
-    if len(out) != len(pairs):
-        raise ValueError("duplicate key")
-    return out
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
+        value = strict_json.loads(text)
+    except strict_json.StrictJsonError as err:
+        return False, None, str(err)
+    return isinstance(value, kind), value, ""

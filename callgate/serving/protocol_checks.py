@@ -17,6 +17,7 @@ from typing import Any, Literal
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
+from callgate import strict_json
 from callgate.errors import InvalidRequestError
 from callgate.serving.protocol_wire import MessageWire, NamedToolChoiceWire, ResponseFormatWire, ToolWire
 from callgate.serving.settings import Limits
@@ -151,12 +152,14 @@ def _assistant_calls(msg: MessageWire, param: str) -> set[str]:
         )
     ids: set[str] = set()
     for j, call in enumerate(msg.tool_calls or ()):
+        where = f"{param}.tool_calls[{j}].function.arguments"
         try:
-            args = json.loads(call.function.arguments)
-        except json.JSONDecodeError:
-            args = None
+            args = strict_json.loads(call.function.arguments)
+        except strict_json.StrictJsonError as err:  # the one rule the templates read it by
+            raise InvalidRequestError(
+                f"{where}: must be a JSON object encoded as a string (not valid JSON: {err})", param=where
+            ) from None
         if not isinstance(args, dict):
-            where = f"{param}.tool_calls[{j}].function.arguments"
             raise InvalidRequestError(f"{where}: must be a JSON object encoded as a string", param=where)
         ids.add(call.id)
     return ids

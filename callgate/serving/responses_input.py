@@ -15,13 +15,13 @@ Does not know: HTTP, the store, tools, limits other than those it is given.
 
 from __future__ import annotations
 
-import json
 import secrets
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from callgate import strict_json
 from callgate.errors import InvalidRequestError
 from callgate.serving.protocol_wire import wire_error
 from callgate.serving.responses_wire import (
@@ -165,9 +165,11 @@ def _output_text(output: str | list[dict[str, Any]], where: str) -> str:
 
 def _check_arguments(arguments: str, where: str) -> None:
     try:
-        value = json.loads(arguments)
-    except json.JSONDecodeError:
-        value = None
+        value = strict_json.loads(arguments)  # the one rule the templates read it by
+    except strict_json.StrictJsonError as err:
+        raise InvalidRequestError(
+            f"{where}: must be a JSON object encoded as a string (not valid JSON: {err})", param=where
+        ) from None
     if not isinstance(value, dict):
         raise InvalidRequestError(f"{where}: must be a JSON object encoded as a string", param=where)
 

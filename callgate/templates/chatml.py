@@ -48,6 +48,7 @@ from typing import Any
 
 from callgate.errors import TemplateError
 from callgate.formats import ToolCallFormat
+from callgate.templates.tool_arguments import decode_arguments
 
 NEUTRALISER = "\u200d"  # zero-width joiner, written after the `<` of a would-be marker
 JSON_LT = "\\u003c"  # `<` inside a JSON string, same value
@@ -207,32 +208,8 @@ def _name(fmt: ToolCallFormat, name: Any, where: str) -> str:
 
 
 def _arguments(fmt: ToolCallFormat, arguments: Any, where: str) -> str:
-    field = where + ".function.arguments"
-    if arguments is None:
-        arguments = {}
-    if isinstance(arguments, str):
-        try:
-            arguments = json.loads(arguments, object_pairs_hook=_unique_keys, parse_constant=_no_constant)
-        except ValueError as e:
-            raise TemplateError(f"{field}: not valid JSON ({e})", param=field) from None
-    if not isinstance(arguments, Mapping):
-        raise TemplateError(f"{field}: expected a JSON object, got {type(arguments).__name__}", param=field)
-    try:
-        text = json.dumps(arguments, ensure_ascii=False, allow_nan=False)
-    except (TypeError, ValueError) as e:
-        raise TemplateError(f"{field}: not representable as JSON ({e})", param=field) from None
-    return neutralise_json(fmt, text)
-
-
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out = dict(pairs)
-    if len(out) != len(pairs):
-        raise ValueError("duplicate key")
-    return out
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
+    value = decode_arguments(arguments, where + ".function.arguments")
+    return neutralise_json(fmt, json.dumps(value, ensure_ascii=False))
 
 
 def _tools_json(fmt: ToolCallFormat, tools: Sequence[Mapping[str, Any]] | None) -> list[str]:

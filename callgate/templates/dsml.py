@@ -50,11 +50,11 @@ def render(
     if fmt.name == "dsml-v3.2":
         if reasoning_effort is not None:
             raise TemplateError("reasoning_effort: dsml-v3.2 has no reasoning effort levels", param="reasoning_effort")
-        msgs = normalize(messages, tools, roles=ROLES - {"latest_reminder"}, lenient_arguments=False)
+        msgs = normalize(messages, tools, roles=ROLES - {"latest_reminder"})
         return render_v32(
             fmt, msgs, thinking=thinking, drop_thinking=drop_thinking, add_bos=add_bos, header=add_generation_prompt
         )
-    msgs = normalize(messages, tools, roles=ROLES, lenient_arguments=True)
+    msgs = normalize(messages, tools, roles=ROLES)
     return render_v4(
         fmt,
         msgs,

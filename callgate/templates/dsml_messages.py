@@ -12,12 +12,12 @@ cannot be represented. Unknown extra fields are ignored.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from callgate.errors import TemplateError
+from callgate.templates.tool_arguments import decode_arguments
 
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "latest_reminder"})
 PART_SEPARATOR = "\n\n"  # how text parts of a list-valued content are joined (V4 reference, tool results)
@@ -50,18 +50,19 @@ def normalize(
     tools: Sequence[Mapping[str, Any]] | None,
     *,
     roles: frozenset[str],
-    lenient_arguments: bool,
 ) -> list[Msg]:
-    """Validate every message, then attach `tools`. `lenient_arguments` (V4): arguments
-    that are not JSON become one string parameter named "arguments"."""
+    """Validate every message, then attach `tools`. Arguments are read by the one strict
+    rule (templates/tool_arguments.py) in both versions: the V4 reference's fallback, which
+    passes arguments that are not JSON on as one string parameter named "arguments", is
+    not followed (a refusal, as in every other format)."""
     if not isinstance(messages, Sequence) or isinstance(messages, str):
         raise TemplateError("messages: expected a list of message objects", param="messages")
-    out = [_message(i, m, roles, lenient_arguments) for i, m in enumerate(messages)]
+    out = [_message(i, m, roles) for i, m in enumerate(messages)]
     functions = _functions(tools)
     return _attach_tools(out, functions) if functions else out
 
 
-def _message(i: int, raw: Any, roles: frozenset[str], lenient: bool) -> Msg:
+def _message(i: int, raw: Any, roles: frozenset[str]) -> Msg:
     where = f"messages[{i}]"
     if not isinstance(raw, Mapping):
         raise TemplateError(f"{where}: expected an object", param=where)
@@ -84,7 +85,7 @@ def _message(i: int, raw: Any, roles: frozenset[str], lenient: bool) -> Msg:
         raise TemplateError(f"{where}.tool_calls: only assistant messages carry tool calls", param=where)
     if not isinstance(raw_calls, Sequence) or isinstance(raw_calls, str):
         raise TemplateError(f"{where}.tool_calls: expected a list", param=f"{where}.tool_calls")
-    calls = tuple(_call(f"{where}.tool_calls[{j}]", c, lenient) for j, c in enumerate(raw_calls))
+    calls = tuple(_call(f"{where}.tool_calls[{j}]", c) for j, c in enumerate(raw_calls))
     ids = tuple(str(c.get("id") or "") if isinstance(c, Mapping) else "" for c in raw_calls)
     return Msg(
         where=where,
@@ -118,34 +119,14 @@ def _content(where: str, value: Any, *, tool: bool) -> str | None:
     return PART_SEPARATOR.join(texts)
 
 
-def _call(where: str, raw: Any, lenient: bool) -> Call:
+def _call(where: str, raw: Any) -> Call:
     fn = raw.get("function") if isinstance(raw, Mapping) else None
     if not isinstance(fn, Mapping):
         raise TemplateError(f"{where}.function: expected an object with name and arguments", param=where)
     name = fn.get("name")
     if not isinstance(name, str) or not name:
         raise TemplateError(f"{where}.function.name: expected a non-empty string", param=f"{where}.function.name")
-    return Call(name=name, arguments=_arguments(f"{where}.function.arguments", fn.get("arguments"), lenient))
-
-
-def _arguments(where: str, value: Any, lenient: bool) -> Mapping[str, Any]:
-    if isinstance(value, Mapping):
-        return value
-    if value is None or value == "":
-        return {}
-    if not isinstance(value, str):
-        raise TemplateError(f"{where}: expected a JSON string", param=where)
-    try:
-        decoded = json.loads(value)
-    except RecursionError:
-        raise TemplateError(f"{where}: JSON nested too deeply", param=where) from None
-    except ValueError:
-        if lenient:  # V4 reference: non-JSON arguments travel as one string parameter
-            return {"arguments": value}
-        raise TemplateError(f"{where}: not valid JSON", param=where) from None
-    if not isinstance(decoded, dict):
-        raise TemplateError(f"{where}: not a JSON object", param=where)
-    return decoded
+    return Call(name=name, arguments=decode_arguments(fn.get("arguments"), f"{where}.function.arguments"))
 
 
 def _functions(tools: Sequence[Mapping[str, Any]] | None) -> tuple[Mapping[str, Any], ...]:

@@ -1,9 +1,10 @@
 """Message reading shared by the JSON-call renderers (llama3-json, mistral). Pure Python.
 
-Knows: OpenAI message fields (roles, content parts, tool-call arguments, reasoning, the
-quick-instruction `task`), the neutralisation of control-token text (a zero-width joiner
-after its first character in raw text, a JSON escape of that character in JSON text; see
-templates/llama3.py), and TemplateErrors that name the message index and field.
+Knows: OpenAI message fields (roles, content parts, reasoning, the quick-instruction
+`task`; tool-call arguments are read by templates/tool_arguments.py), the neutralisation
+of control-token text (a zero-width joiner after its first character in raw text, a JSON
+escape of that character in JSON text; see templates/llama3.py), and TemplateErrors that
+name the message index and field.
 Does not know: any prompt layout.
 """
 
@@ -51,26 +52,6 @@ def neutralise_json(json_text: str, fmt: ToolCallFormat) -> str:
     if not fmt.special_tokens:
         return json_text
     return _token_pattern(fmt.special_tokens).sub(lambda m: f"\\u{ord(m[0][0]):04x}" + m[0][1:], json_text)
-
-
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
-def decode_arguments(raw: object, where: str) -> dict[str, Any]:
-    """An OpenAI `function.arguments` (a JSON string, or already an object) as a dict."""
-    if isinstance(raw, str):
-        try:
-            value = json.loads(raw, parse_constant=_reject_constant)
-        except ValueError:
-            raise template_error(where, "not valid JSON") from None
-    elif isinstance(raw, Mapping):
-        value = dict(raw)
-    else:
-        raise template_error(where, f"expected a JSON string, got {type(raw).__name__}")
-    if not isinstance(value, dict):
-        raise template_error(where, f"must be a JSON object, got {type(value).__name__}")
-    return value
 
 
 def dump_json(value: Any, where: str, *, indent: int | None = None) -> str:

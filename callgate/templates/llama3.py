@@ -45,7 +45,6 @@ from callgate.templates.json_messages import (
     check_options,
     check_reasoning,
     content_text,
-    decode_arguments,
     dump_json,
     message_role,
     neutralise_json,
@@ -53,6 +52,7 @@ from callgate.templates.json_messages import (
     quick_task,
     template_error,
 )
+from callgate.templates.tool_arguments import decode_arguments
 
 __all__ = [
     "CHAT_ROLES",

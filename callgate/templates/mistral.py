@@ -41,7 +41,6 @@ from callgate.templates.json_messages import (
     check_options,
     check_reasoning,
     content_text,
-    decode_arguments,
     dump_json,
     message_role,
     neutralise_json,
@@ -49,6 +48,7 @@ from callgate.templates.json_messages import (
     quick_task,
     template_error,
 )
+from callgate.templates.tool_arguments import decode_arguments
 
 __all__ = ["render"]
 
@@ -119,10 +119,8 @@ def _read_call(raw: object, where: str, fmt: ToolCallFormat) -> _Call:
     name = function.get("name")
     if not isinstance(name, str) or not _full(fmt.markers["name_pattern"], name):
         raise _bad_name(f"{where}.function.name", name)
-    arguments = function.get("arguments")
-    if arguments is None or arguments == "":
-        arguments = "{}"  # mistral-common reads missing or empty arguments as {}
-    return _Call(name, decode_arguments(arguments, f"{where}.function.arguments"), call_id)
+    # mistral-common reads "" as {} too; here "" is not JSON, refused as in every format
+    return _Call(name, decode_arguments(function.get("arguments"), f"{where}.function.arguments"), call_id)
 
 
 def _read_tool_fields(message: Mapping[str, Any], where: str, fmt: ToolCallFormat) -> str:
@@ -264,7 +262,7 @@ def _tool_result(fmt: ToolCallFormat, turn: _Turn) -> str:
     text = turn.text or "{}"  # mistral-common reads an empty result as {}
     try:
         content: Any = json.loads(text)
-    except json.JSONDecodeError:
+    except (ValueError, RecursionError):  # not JSON, an integer past int()'s limit, too deep
         content = text
     # A result that reads as JSON with a non-finite number (`1e999`, `NaN`) is written the way
     # mistral-common writes it (`Infinity`, `NaN`): a tool's output is data, not a request error.

@@ -35,6 +35,7 @@ from typing import Any
 
 from callgate.errors import TemplateError
 from callgate.formats import ToolCallFormat
+from callgate.templates.tool_arguments import decode_arguments
 
 NEUTRALISER = "\u200d"  # zero-width joiner, written after the `<` of a would-be marker
 DEFAULT_SYSTEM = "You are Qwen, a helpful AI assistant that can interact with a computer to solve tasks."
@@ -265,7 +266,7 @@ def _call_turn(fmt: ToolCallFormat, i: int, message: Mapping[str, Any]) -> str:
         if not isinstance(fn, Mapping):
             raise TemplateError(f"{where}.function: expected an object")
         name = _checked_name(fn.get("name"), where + ".function.name")
-        arguments = _arguments(fn.get("arguments"), where + ".function.arguments")
+        arguments = decode_arguments(fn.get("arguments"), where + ".function.arguments")
         field = where + ".function.arguments"
         params = [(_checked_name(k, f"{field}.{k}"), _value(fmt, v, f"{field}.{k}")) for k, v in arguments.items()]
         out += "\n" + _call_text(fmt, name, params)
@@ -289,26 +290,6 @@ def _checked_name(name: Any, where: str) -> str:
             f"{where}: {name!r} is not a name the format can write (non-empty; no whitespace, <, >, =, quotes, /)"
         )
     return name
-
-
-def _arguments(arguments: Any, where: str) -> Mapping[str, Any]:
-    if arguments is None:
-        return {}
-    if isinstance(arguments, str):
-        try:
-            arguments = json.loads(arguments, object_pairs_hook=_unique_keys)
-        except ValueError as e:
-            raise TemplateError(f"{where}: not valid JSON ({e})") from None
-    if not isinstance(arguments, Mapping):
-        raise TemplateError(f"{where}: expected a JSON object, got {type(arguments).__name__}")
-    return arguments
-
-
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out = dict(pairs)
-    if len(out) != len(pairs):
-        raise ValueError("duplicate key")
-    return out
 
 
 def _value(fmt: ToolCallFormat, value: Any, where: str) -> str:
