@@ -161,11 +161,16 @@ class Outcome:
 
 
 def error_kind(resp: httpx.Response) -> str:
-    """The OpenAI error type of a 4xx/5xx body; 'malformed_error' when it has not that shape."""
+    """The error type of a 4xx/5xx body, in OpenAI's shape (Anthropic's on /v1/messages);
+    'malformed_error' when it has neither."""
     try:
-        err = resp.json()["error"]
+        body = resp.json()
+        err = body["error"]
     except (ValueError, KeyError, TypeError):
         return "malformed_error"
+    if resp.request.url.path.startswith("/v1/messages"):
+        ok = body.get("type") == "error" and isinstance(err, dict) and err.get("type") and err.get("message")
+        return str(err["type"]) if ok else "malformed_error"
     if not (isinstance(err, dict) and {"message", "type", "param", "code"} <= set(err) and err["message"]):
         return "malformed_error"
     return str(err["type"])
@@ -174,7 +179,8 @@ def error_kind(resp: httpx.Response) -> str:
 def run_request(client: httpx.Client, kind: str, extra: Mapping[str, Any] | None = None) -> Outcome:
     """Send one request of `kind` ("call", "stream", "invalid_json", "invalid_schema" to chat
     completions, "completion" / "completion_stream" of the prompt "ping" to /v1/completions,
-    "response" / "response_stream" of the same call to /v1/responses), with `extra` body
+    "response" / "response_stream" of the same call to /v1/responses, "message" of it to
+    /v1/messages), with `extra` body
     fields on the valid chat ones, and classify what came back."""
     body = {"messages": ASK, "tools": [TOOL], **(extra or {})}
     start = time.monotonic()
@@ -193,6 +199,12 @@ def run_request(client: httpx.Client, kind: str, extra: Mapping[str, Any] | None
                 return Outcome("response", 200, time.monotonic() - start, tuple(calls))
         elif kind == "response_stream":
             return _response_stream(client, start)
+        elif kind == "message":
+            model = client.get("/v1/models").json()["data"][0]["id"]
+            resp = client.post("/v1/messages", json={**MESSAGES_BODY, "model": model})
+            if resp.status_code == 200:
+                calls = [b["id"] for b in resp.json()["content"] if b["type"] == "tool_use"]
+                return Outcome("message", 200, time.monotonic() - start, tuple(calls))
         elif kind == "invalid_json":
             resp = client.post("/v1/chat/completions", content=b'{"messages": [', headers=JSON)
         elif kind == "invalid_schema":
@@ -212,6 +224,11 @@ def run_request(client: httpx.Client, kind: str, extra: Mapping[str, Any] | None
 
 
 JSON = {"content-type": "application/json"}
+MESSAGES_BODY = {
+    "max_tokens": 200,
+    "messages": ASK,
+    "tools": [{"name": TOOL["function"]["name"], "input_schema": TOOL["function"]["parameters"]}],
+}
 RESPONSES_BODY = {"input": ASK, "tools": [{"type": "function", **TOOL["function"]}], "store": False}
 
 
@@ -314,14 +331,14 @@ def test_mixed_load_at_four_times_the_batch(tmp_path: Path) -> None:
         rss_before = server.rss_bytes()
         mix = [
             *("call", "stream", "invalid_json", "completion", "response"),
-            *("completion_stream", "response_stream", "invalid_schema"),
+            *("completion_stream", "response_stream", "invalid_schema", "message"),
         ]
         run = load(server.base, 4 * BATCH, len(mix), mix)
         kinds = run.kinds()
-        answers = {"answer", "stream", "completion", "completion_stream", "response", "response_stream"}
+        answers = {"answer", "stream", "completion", "completion_stream", "response", "response_stream", "message"}
         assert set(kinds) <= answers | {"invalid_request_error", "rate_limit_error"}, kinds
         assert all(kinds[k] for k in answers) and kinds["rate_limit_error"], kinds
-        assert kinds["invalid_request_error"] == 16  # 2 of every 8 requests: always refused, never queued
+        assert kinds["invalid_request_error"] == 16  # 2 of every 9 requests: always refused, never queued
         assert all(
             len(o.call_ids) == 1 for o in run.outcomes if o.kind in answers - {"completion", "completion_stream"}
         )

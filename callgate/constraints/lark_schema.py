@@ -17,6 +17,8 @@ breaking its `$ref`s. Does not know: formats or Lark.
   parameters are a root `$ref` or an `allOf` keeps its branches' properties (a name of one
   `anyOf` branch is then admitted beside another branch too: the validator is exact).
 * A `format` llguidance does not know is an annotation (JSON Schema's default), dropped.
+* An object that declares `properties` and says nothing of other keys is written with the
+  declared ones only (its JSON-Schema default admits others; see `_declares_only`).
 * `oneOf` is compiled as `anyOf` (the grammar may be wider than the schema there; the
   validator, which checks the exact schema, has the last word).
 """
@@ -121,7 +123,9 @@ def _as_object(schema: dict[str, Any]) -> dict[str, Any]:
     return {**schema, "type": "object"} if "object" in kinds else {**schema, "type": "object", "enum": []}
 
 
-def _walk(node: Any, path: str, bad: list[str]) -> Any:
+def _walk(node: Any, path: str, bad: list[str], *, branch: bool = False) -> Any:
+    """`node` prepared (see prepare). `branch`: it is an `anyOf`/`oneOf`/`allOf` member,
+    whose object is merged with its siblings' and parent's: never closed on its own."""
     if isinstance(node, bool):
         return node
     if not isinstance(node, Mapping):
@@ -139,7 +143,8 @@ def _walk(node: Any, path: str, bad: list[str]) -> Any:
         elif key in _SCHEMA_MAPS and isinstance(value, Mapping):
             out[key] = {k: _walk(v, at(path, key, k), bad) for k, v in value.items()}
         elif key in _SCHEMA_LISTS and isinstance(value, list):
-            out[key] = [_walk(v, at(path, key, i), bad) for i, v in enumerate(value)]
+            members = key != "prefixItems"
+            out[key] = [_walk(v, at(path, key, i), bad, branch=members) for i, v in enumerate(value)]
         elif key in _SCHEMA_VALUES:
             out[key] = _walk(value, at(path, key), bad)
         else:
@@ -147,7 +152,18 @@ def _walk(node: Any, path: str, bad: list[str]) -> Any:
     closing = out.pop("unevaluatedProperties", None)
     if closing is not None and closing is not True and "additionalProperties" not in out:
         out["additionalProperties"] = closing
+    if not branch and _declares_only(node):
+        out["additionalProperties"] = False
     return out
+
+
+def _declares_only(node: Mapping[str, Any]) -> bool:
+    """An object schema that declares `properties` and says nothing of others: the grammar
+    writes the declared ones only (narrower than the schema, which admits others). A
+    grammar cannot keep free keys unique, and the strict parser refuses a repeated key:
+    free keys beside declared ones were a model's way to a 502 (`duplicate_key`)."""
+    others = ("additionalProperties", "patternProperties", "unevaluatedProperties", "$ref", "allOf", "anyOf", "oneOf")
+    return isinstance(node.get("properties"), Mapping) and not any(k in node for k in others)
 
 
 def rebase(schema: Mapping[str, Any], base: str) -> dict[str, Any]:
