@@ -338,12 +338,14 @@ async def test_heads_are_greedy_constrained_where_categorical_and_bounded() -> N
             assert req.sampling.max_tokens == head_max_tokens(task, urls)
 
 
-async def test_full_decode_sends_the_bound_with_budget_closing() -> None:
+async def test_full_decode_sends_the_bound_without_budget_closing() -> None:
+    """A head's bound holds its whole label: a closing plan from the label's start would pick
+    the label for the model (the processor's greedy closer spells the first one it prefers)."""
     engine = scripted()
     await QuickService(engine, "hermes", QuickConfig(decide_early=False)).run(Conversation(tuple(CHAT)), ["domain"])
     req = engine.requests[0]
     assert req.sampling.max_tokens == head_max_tokens("domain", ()) and req.constraint is not None
-    assert dataclasses.asdict(req.constraint)["budget_closing"] is True  # type: ignore[call-overload]
+    assert dataclasses.asdict(req.constraint)["budget_closing"] is False  # type: ignore[call-overload]
 
 
 def test_deciding_bytes_bound_the_tokens_that_decide() -> None:

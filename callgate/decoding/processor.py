@@ -19,8 +19,7 @@ unconstrained from then on, with a warning; the strict parser downstream judges 
 Budget closing (closing.py): in a row's last `BOUND` tokens, a closing plan (the bytes that
 end the grammar from the row's state, planned on a byte-vocabulary twin of its matcher) is
 kept up to date; once the tokens left no longer exceed the plan's tokens plus EOS plus a margin
-(`SLACK`, or twice the most one free token has added to this row's plan, and one token
-more), the row follows the plan, token by
+(`SLACK`, or two more than the most one free token has added to this row's plan), the row follows the plan, token by
 token, then EOS, and marks its request (closing_marks.py: the server flags the call it cut
 `truncated` and answers `finish_reason: "length"`). So an output never ends mid-call at max_tokens:
 a value the model would not close is cut short so that the call closes (the server then
@@ -64,7 +63,7 @@ EXTRA_ARGS_KEY = "callgate"
 BOUND = 128  # tokens before max_tokens from which a row keeps a closing plan
 # What one free token may add to a plan (a `,` that opens another key and its value): the
 # row follows its plan this many tokens before the plan alone would still fit.
-SLACK = 16
+SLACK = 12
 _TEMPLATES = 256  # grammars whose first matcher is kept
 
 
@@ -333,8 +332,8 @@ class ConstrainedBatch:
         if row.last_plan is not None:  # what the last free token added to the plan
             row.growth = max(row.growth, len(plan) - row.last_plan + 1)
         row.last_plan = len(plan)
-        margin = max(SLACK, 2 * row.growth)
-        if left > len(plan) + 2 + margin and not (ended and cost is not None and left <= cost + len(plan) + 1):
+        margin = max(SLACK, row.growth + 2)
+        if left > len(plan) + 1 + margin and not (ended and cost is not None and left <= cost + len(plan) + 1):
             return None
         row.plan = plan[1:]  # committed: a plan re-made mid-marker would lose its way
         if self.closing_dir and row.spec.request_id and not ended:

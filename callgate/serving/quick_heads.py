@@ -255,7 +255,9 @@ class HeadConstraint:
     plain: str
     mode: str = "quick"
     trigger: str | None = None
-    budget_closing: bool = True  # the processor's budget closing (off: the grammar's mask alone)
+    # No budget closing: a head's max_tokens holds its whole output by construction, and a
+    # closing plan from a label's start would pick the label instead of the model.
+    budget_closing: bool = False
 
 
 def head_constraint(regex: str) -> HeadConstraint:
