@@ -6,7 +6,7 @@ with its status, Anthropic type and retry header."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import anthropic
@@ -33,8 +33,20 @@ ASK = [{"role": "user", "content": "Weather in Oslo?"}]
 CALL = call_text("get_weather", {"city": "Oslo", "days": 3})
 
 
+_OPEN: list[Any] = []  # every client a test made, closed when it ends (no socket left to the GC)
+
+
 def _client(server: Server, api_key: str = "none") -> Any:
-    return anthropic.Anthropic(base_url=server.url, api_key=api_key, max_retries=0, timeout=20)
+    client = anthropic.Anthropic(base_url=server.url, api_key=api_key, max_retries=0, timeout=20)
+    _OPEN.append(client)
+    return client
+
+
+@pytest.fixture(autouse=True)
+def _close_clients() -> Iterator[None]:
+    yield
+    while _OPEN:
+        _OPEN.pop().close()
 
 
 def _blocks(message: Any) -> list[dict[str, Any]]:
