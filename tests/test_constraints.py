@@ -30,7 +30,6 @@ from callgate.formats import get_format
 from tests.harness import _schema_of, json_values
 from tests.llg_harness import accepts
 from tests.llg_harness import byte_vocabulary as bytes_only
-from tests.test_agreement import require_family
 
 WEATHER = {
     "type": "function",
@@ -410,7 +409,6 @@ def test_a_second_call_and_a_call_after_content_follow_an_accepting_point(text: 
 @pytest.mark.parametrize("thinking", [None, False, True])
 @pytest.mark.parametrize("choice", ["none", "auto", "required", NAMED])
 def test_every_mode_compiles(fmt: str, thinking: bool | None, choice: Any) -> None:
-    require_family(fmt)
     c = constraints.build(fmt, [WEATHER, CLOCK], choice, True, None, byte_vocabulary(), thinking=thinking)
     assert c is not None and not matcher(c.grammar, byte_vocabulary()).is_error()
     if choice in ("required", NAMED) or (thinking is True and get_format(fmt).reasoning_close):

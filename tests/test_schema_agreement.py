@@ -40,7 +40,7 @@ from callgate.serving.app import create_app
 from callgate.serving.fake_engine import FakeEngine
 from callgate.serving.validation import JsonSchemaValidator
 from tests.harness import assistant_completion, openai_tool_calls
-from tests.test_agreement import known_number_range, require_family
+from tests.test_agreement import known_number_range
 from tests.test_server_app import MODEL, make_settings
 from tests.test_strict_grammar import ByteSampler, accepts, byte_vocabulary
 
@@ -90,7 +90,6 @@ def tools(parameters: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 @cache
 def compiled(fmt: str, parameters_json: str) -> constraints.Constraint:
-    require_family(fmt)
     c = constraints.build(fmt, tools(json.loads(parameters_json)), "required", False, None, byte_vocabulary())
     assert c is not None
     return c
@@ -345,7 +344,6 @@ BAD = {
 
 @pytest.mark.parametrize("fmt", ["hermes", "qwen3-xml", "dsml-v4"])
 def test_a_refusal_names_its_place_as_an_openai_param(fmt: str) -> None:
-    require_family(fmt)
     with pytest.raises(SchemaTooComplexError) as err:
         constraints.build(fmt, tools(BAD), "required", False, None, None)
     place = "tools[0].function.parameters.properties.x.anyOf[1]"
@@ -386,7 +384,6 @@ NO_STRING = {"type": "string", "minLength": 5, "maxLength": 3}
 
 @pytest.mark.parametrize("fmt", ["hermes", "qwen3-xml", "dsml-v4"])
 def test_a_required_string_no_length_fits_is_a_clear_refusal(fmt: str) -> None:
-    require_family(fmt)
     params = {"type": "object", "properties": {"a": NO_STRING}, "required": ["a"]}
     with pytest.raises(SchemaTooComplexError) as err:
         constraints.build(fmt, tools(params), "required", False, None, byte_vocabulary())

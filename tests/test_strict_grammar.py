@@ -35,7 +35,7 @@ from callgate.serving.validation import JsonSchemaValidator
 from tests import llg_harness
 from tests.harness import assistant_completion, openai_tool_calls
 from tests.llg_harness import byte_vocabulary
-from tests.test_agreement import known_number_range, require_family
+from tests.test_agreement import known_number_range
 from tests.test_server_app import MODEL, make_settings
 
 FORMATS = ["hermes", "llama3-json", "mistral", "qwen3-xml", "dsml-v4", "dsml-v3.2"]
@@ -76,7 +76,6 @@ def tool(strict: bool | None, parameters: Mapping[str, Any] = PARAMETERS) -> dic
 
 
 def compiled(fmt: str, strict: bool) -> constraints.Constraint:
-    require_family(fmt)
     c = constraints.build(fmt, [tool(strict, parameters(fmt))], "required", False, None, byte_vocabulary())
     assert c is not None
     return c

@@ -25,7 +25,6 @@ from callgate.constraints.request import grammar_request
 from callgate.decoding.processor import ConstrainedBatch
 from tests import test_server_app
 from tests.llg_harness import EOS, accepts, byte_vocabulary, consume_text
-from tests.test_agreement import require_family
 from tests.test_server_app import ASK, MODEL, WEATHER, make_settings
 
 make_harness = test_server_app.make_harness  # the app harness fixture
@@ -178,7 +177,6 @@ UNCHANGED = {
 @pytest.mark.parametrize("fmt", list(UNCHANGED))
 async def test_switch_off_leaves_formats_that_close_no_block_unchanged(make_harness: Any, fmt: str) -> None:
     """dsml's prompt closes a block with or without the switch; llama3-json has none."""
-    require_family(fmt)
     bodies = [_body(None, tool_choice="required"), _body(False, tool_choice="required")]
     without, off = await _constraints(make_harness, fmt, bodies, UNCHANGED[fmt])
     assert (without.key, without.grammar) == (off.key, off.grammar)
