@@ -275,10 +275,13 @@ class ConstrainedBatch:
                 log.warning("constraint %s: a sampled token was refused; the row is unconstrained", row.spec.key[:16])
                 return False
             if row.max_tokens is not None:
+                start = len(row.text)
                 for t in new:
                     row.text += self.pieces.get(t, b"")
-                if row.spec.trigger and not row.called and row.spec.trigger.encode() in row.text:
-                    row.called = True
+                trigger = row.spec.trigger
+                if trigger and not row.called:  # only the new bytes (and a trigger they complete)
+                    mark = trigger.encode()
+                    row.called = mark in row.text[max(0, start - len(mark) + 1) :]
         return True
 
     def _buffer(self, n_rows: int, words: int) -> torch.Tensor:
