@@ -323,3 +323,17 @@ def test_a_grammar_start_mask_is_filled_once_and_copied_alike() -> None:
     fresh = ByteBatch(None, "cpu", False)  # filled from its matcher, not copied
     fresh.update_state(Update(added=[(0, params(spec), None, [])]))
     assert allowed(step(fresh, 1)[0]) == first
+
+
+def test_parallel_fill_follows_the_setting_else_the_cores(monkeypatch: pytest.MonkeyPatch) -> None:
+    from callgate.decoding import processor
+
+    monkeypatch.setenv("CALLGATE_PARALLEL_FILL", "on")
+    assert processor.parallel_fill_default() is True
+    monkeypatch.setenv("CALLGATE_PARALLEL_FILL", "off")
+    assert processor.parallel_fill_default() is False
+    monkeypatch.delenv("CALLGATE_PARALLEL_FILL")
+    monkeypatch.setattr(processor.os, "cpu_count", lambda: 2)
+    assert processor.parallel_fill_default() is False
+    monkeypatch.setattr(processor.os, "cpu_count", lambda: 64)
+    assert processor.parallel_fill_default() is True

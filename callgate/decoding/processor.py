@@ -65,6 +65,10 @@ BOUND = 128  # tokens before max_tokens from which a row keeps a closing plan
 # row follows its plan this many tokens before the plan alone would still fit.
 SLACK = 12
 _TEMPLATES = 256  # grammars whose first matcher is kept
+# Masks are filled on llguidance's thread pool only where spare cores exist: on a small CPU
+# the model's own OpenMP threads hold the cores and a pool hand-off costs milliseconds
+# (benchmarks/bench_mask_path.py). CALLGATE_PARALLEL_FILL=on|off overrides.
+_PARALLEL_FILL_MIN_CPUS = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,6 +149,7 @@ class ConstrainedBatch:
         # each grammar's mask at its start (a free-text start costs ~1 ms to fill on 152k ids)
         self.first_masks: dict[str, torch.Tensor] = {}
         self.executor = llguidance.LLExecutor()
+        self.parallel_fill = parallel_fill_default()
         self.timings = MaskTimings()
         self.step_log = StepLog.from_environment()
         self.budget_ns = 0
@@ -240,8 +245,11 @@ class ConstrainedBatch:
             # a stopped matcher (the grammar is complete) admits EOS alone: its mask says so;
             # a row at its grammar's start takes the start mask, computed once per grammar
             fill = [(row.matcher, i) for i, row in live if row.consumed or row.spec.key not in self.first_masks]
-            if fill:
+            if len(fill) > 1 and self.parallel_fill:
                 llguidance.torch.fill_next_token_bitmask_par(self.executor, fill, host)
+            else:
+                for m, i in fill:
+                    llguidance.torch.fill_next_token_bitmask(m, host, i)
             for i, row in live:
                 if not row.consumed:
                     first = self.first_masks.get(row.spec.key)
@@ -433,6 +441,14 @@ class ConstrainedBatch:
         if out:
             m.rollback(len(out))
         return out
+
+
+def parallel_fill_default() -> bool:
+    """Fill masks in parallel? CALLGATE_PARALLEL_FILL=on|off, else by the machine's cores."""
+    setting = os.environ.get("CALLGATE_PARALLEL_FILL", "auto").lower()
+    if setting in ("on", "off"):
+        return setting == "on"
+    return (os.cpu_count() or 1) >= _PARALLEL_FILL_MIN_CPUS
 
 
 def _bit(j: int) -> int:
