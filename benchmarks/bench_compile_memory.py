@@ -40,8 +40,9 @@ def tool(tag: str, n: int) -> dict[str, Any]:
 
 
 async def child(mode: str, args: argparse.Namespace) -> None:
+    from regex_baseline.cache import CACHE, token_vocabulary
+
     import callgate.constraints as constraints
-    from callgate.constraints.cache import CACHE, token_vocabulary
     from callgate.serving.model_store import resolve_model
     from callgate.serving.tokenizer import HfTokenizer
 

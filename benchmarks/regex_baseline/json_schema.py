@@ -27,7 +27,7 @@ Deliberately stricter than the schema (documented, never weaker):
 * whitespace is at most one space around `:` and `,` (what `json.dumps` writes, or none);
 * strings never hold `\\u` escapes of surrogates; integers have no fraction or exponent;
 * a number has at most `MAX_INTEGER_DIGITS` digits before its point and an exponent that
-  keeps it below 1e308 (see NUMBER; the parsers refuse a number past a double's 1.8e308);
+  keeps it below 1e308 (callgate.constraints.json_lexemes NUMBER; the parsers refuse a number past a double's 1.8e308);
 * recursive `$ref` is unrolled `REF_DEPTH` times;
 * `format` is an annotation in 2020-12; `date`, `time`, `date-time` and `uuid` are
   enforced anyway, other formats are left unchecked (as a 2020-12 validator does).
@@ -42,9 +42,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from callgate.constraints.text import alternation, literal
+from callgate.constraints.json_lexemes import FORMATS, INTEGER, NUMBER
+from callgate.constraints.param_path import at
+from callgate.constraints.value_schema import ANNOTATIONS, with_closure
 from callgate.errors import SchemaTooComplexError
 from callgate.schema_ref import RefError, ref_target
+
+from .text import alternation, literal
 
 GENERIC_DEPTH = 1
 REF_DEPTH = 3
@@ -60,38 +64,9 @@ _HEX = "[0-9a-fA-F]"
 _U_ESCAPE = r"u(?:[0-9a-cA-C]" + _HEX + "{3}|[dD][0-7]" + _HEX + "{2}|[e-fE-F]" + _HEX + "{3})"
 STRING_CHAR = r'(?:[^"\\\x00-\x1F]|\\(?:["\\/bfnrt]|' + _U_ESCAPE + "))"
 STRING = f'"{STRING_CHAR}*"'
-# Numbers the strict parsers hold (parsers/json_scan.py, qwen3_xml_values.py): an integer
-# within Python's int-parsing limit, a float that stays finite (unbounded, `1e999` or 400
-# digits and `.0` overflow, and the parser refuses the call). A number has at most
-# MAX_INTEGER_DIGITS before its point. One digit there (how `json.dumps` writes a float in
-# exponent form) takes an exponent up to 307, or down to -999 (which reads as 0.0); more
-# digits take an exponent of two digits. So the largest number is below 1e308 (a double
-# reaches 1.8e308), and `json.dumps` of any double below 1e308 is written. Each bound costs
-# DFA states in every place a number may stand (measured: 40 byte states, were 8).
-MAX_INTEGER_DIGITS = 20  # 2**64 has 20 digits
-INTEGER = f"-?(?:0|[1-9][0-9]{{0,{MAX_INTEGER_DIGITS - 1}}})"
-_FRACTION = r"(?:\.[0-9]+)?"
-_EXPONENT = r"(?:[eE](?:\+?(?:[0-9]{1,2}|[0-2][0-9]{2}|30[0-7])|-[0-9]{1,3}))?"
-NUMBER = (
-    f"-?(?:[0-9]{_FRACTION}{_EXPONENT}|[1-9][0-9]{{1,{MAX_INTEGER_DIGITS - 1}}}{_FRACTION}(?:[eE][+-]?[0-9]{{1,2}})?)"
-)
 BOOLEAN = "(?:true|false)"
 NULL = "null"
 
-FORMATS = {
-    "date": r"[0-9]{4}-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12][0-9]|3[01])",
-    "time": r"(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\.[0-9]+)?(?:Z|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])",
-    "uuid": r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}",
-}
-FORMATS["date-time"] = FORMATS["date"] + "[Tt]" + FORMATS["time"]
-
-ANNOTATIONS = frozenset(
-    {
-        "title", "description", "default", "examples", "$comment", "deprecated", "readOnly",
-        "writeOnly", "$schema", "$id", "$anchor", "$defs", "definitions", "format",
-        "contentMediaType", "contentEncoding", "nullable", "strict",
-    }
-)  # fmt: skip
 _BY_TYPE: Mapping[str, frozenset[str]] = {
     "string": frozenset({"minLength", "maxLength"}),
     "array": frozenset({"items", "prefixItems", "minItems", "maxItems"}),
@@ -107,20 +82,6 @@ _KINDS = ("null", "boolean", "object", "array", "number", "string")
 _UNSUPPORTED = "is not supported by the grammar, which enforces " + ", ".join(
     sorted(_GENERAL | frozenset().union(*_BY_TYPE.values()), key=str.lower)
 )
-
-
-def at(path: str, *parts: str | int) -> str:
-    """`path` followed by `parts` as an OpenAI-style `param`, as every other 400 names its
-    place: `.name` for a keyword or a property, `[i]` for an index
-    (`tools[0].function.parameters.properties.x.anyOf[1]`)."""
-    for part in parts:
-        path = f"{path}[{part}]" if isinstance(part, int) else (f"{path}.{part}" if path else part)
-    return path
-
-
-def tool_param(index: int) -> str:
-    """The `param` of the parameter schema of the request's `index`-th tool."""
-    return f"tools[{index}].function.parameters"
 
 
 def _too_complex(path: str, keyword: str, why: str) -> SchemaTooComplexError:
@@ -168,23 +129,6 @@ def _generic(depth: int, closed: bool, types: frozenset[str] | None) -> str | No
     alts = [] if scalar is None else [scalar]
     alts += [rx for rx, kind in ((array, "array"), (obj, "object")) if wanted(kind)]
     return alternation(alts) if alts else None
-
-
-def with_closure(target: Any, outer: Mapping[str, Any]) -> Any:
-    """`target` (what `outer` applies in place: its `$ref`'s target, its only `allOf`
-    branch, its non-string part) carrying `outer`'s `unevaluatedProperties: false`.
-
-    Exact: the keyword sees the same evaluated fields whether it stands next to `$ref` or
-    inside the target; a target that has its own `unevaluatedProperties` evaluates every
-    field already, so `outer`'s has nothing left to reject.
-    """
-    if outer.get("unevaluatedProperties", True) is not False or target is False:
-        return target
-    if target is True:
-        return {"unevaluatedProperties": False}
-    if not isinstance(target, Mapping) or "unevaluatedProperties" in target:
-        return target
-    return {**target, "unevaluatedProperties": False}
 
 
 def _values(ctx: Context) -> Context:
