@@ -22,7 +22,7 @@ from callgate.constraints.value_schema import resolve
 from callgate.errors import SchemaTooComplexError
 from callgate.formats import ToolCallFormat
 
-from .json_schema import ordered_members
+from .json_text import ordered_members
 from .text import alternation, literal, text_without
 from .values import check_whole, json_values, raw_string, split_string
 

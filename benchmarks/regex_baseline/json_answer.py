@@ -30,7 +30,8 @@ from callgate.errors import SchemaTooComplexError
 from callgate.formats import ToolCallFormat
 from callgate.schema_ref import RefError, ref_target
 
-from .json_schema import STRING, STRING_CHAR, WS, Context, schema_regex, value_regex
+from .json_schema import Context, schema_regex, value_regex
+from .json_text import STRING, STRING_CHAR, WS
 from .text import literal
 
 _PATH = "response_format"

@@ -16,7 +16,8 @@ from callgate.constraints.param_path import tool_param
 from callgate.constraints.request import ToolSpec
 from callgate.formats import ToolCallFormat
 
-from .json_schema import WS, Context, const_regex, object_regex
+from .json_schema import Context, object_regex
+from .json_text import WS, const_regex
 from .text import alternation, literal, text_without
 
 content_markers = text_markers.json_content

@@ -1,7 +1,7 @@
 """JSON Schema -> regular expression of the JSON texts that satisfy it.
 
-Knows: a subset of Draft 2020-12 that it can enforce exactly or more strictly, and the JSON
-lexical grammar (RFC 8259) as Python's `json.dumps` writes it and `json.loads` reads it.
+Knows: a subset of Draft 2020-12 that it can enforce exactly or more strictly, written in
+the JSON lexical pieces of json_text.py (RFC 8259 as `json.dumps` writes it).
 Does not know: formats or vocabularies; of tools only how a refusal names a tool's schema
 (`tool_param`, an OpenAI-style `param` built with `at`).
 
@@ -37,7 +37,6 @@ Known gap: a regex cannot forbid a repeated key in a free-form object.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -48,24 +47,25 @@ from callgate.constraints.value_schema import ANNOTATIONS, with_closure
 from callgate.errors import SchemaTooComplexError
 from callgate.schema_ref import RefError, ref_target
 
-from .text import alternation, literal
+from .json_text import (
+    BOOLEAN,
+    GENERIC_DEPTH,
+    NULL,
+    STRING,
+    STRING_CHAR,
+    WS,
+    const_regex,
+    ordered_members,
+    typed_generic,
+)
+from .text import alternation
 
-GENERIC_DEPTH = 1
 REF_DEPTH = 3
 MAX_REPEAT = 256
 # each `prefixItems` entry nests the regex one level deeper (outlines-core refuses ~100)
 MAX_PREFIX_ITEMS = 32
 # A schema's regex; past this its byte DFA alone takes seconds (measured: 333 KB, 3.6 s)
 MAX_REGEX_CHARS = 512 * 1024
-
-WS = "[ ]?"
-_HEX = "[0-9a-fA-F]"
-# A \u escape of anything but a surrogate (lone surrogates decode to unencodable text).
-_U_ESCAPE = r"u(?:[0-9a-cA-C]" + _HEX + "{3}|[dD][0-7]" + _HEX + "{2}|[e-fE-F]" + _HEX + "{3})"
-STRING_CHAR = r'(?:[^"\\\x00-\x1F]|\\(?:["\\/bfnrt]|' + _U_ESCAPE + "))"
-STRING = f'"{STRING_CHAR}*"'
-BOOLEAN = "(?:true|false)"
-NULL = "null"
 
 _BY_TYPE: Mapping[str, frozenset[str]] = {
     "string": frozenset({"minLength", "maxLength"}),
@@ -102,44 +102,9 @@ class Context:
     types: frozenset[str] | None = None
 
 
-def generic_value(depth: int = GENERIC_DEPTH, *, closed: bool = False) -> str:
-    """Any JSON value with containers nested at most `depth` deep (`closed`: an object
-    value is `{}`, its nested values stay free)."""
-    rx = _generic(depth, closed, None)
-    assert rx is not None
-    return rx
-
-
-def _generic(depth: int, closed: bool, types: frozenset[str] | None) -> str | None:
-    """`generic_value` of the given types only (None: all); None when there are none."""
-
-    def wanted(kind: str) -> bool:
-        return types is None or kind in types
-
-    number = NUMBER if wanted("number") else INTEGER
-    kinds = (("string", STRING), ("number", number), ("boolean", BOOLEAN), ("null", NULL))
-    scalars = [rx for kind, rx in kinds if wanted(kind) or (kind == "number" and wanted("integer"))]
-    scalar = alternation(scalars) if scalars else None
-    if depth <= 0:
-        return scalar
-    inner = generic_value(depth - 1)
-    member = f"{STRING}{WS}:{WS}{inner}"
-    array = rf"\[{WS}(?:{inner}(?:{WS},{WS}{inner})*)?{WS}\]"
-    obj = rf"\{{{WS}\}}" if closed else rf"\{{{WS}(?:{member}(?:{WS},{WS}{member})*)?{WS}\}}"
-    alts = [] if scalar is None else [scalar]
-    alts += [rx for rx, kind in ((array, "array"), (obj, "object")) if wanted(kind)]
-    return alternation(alts) if alts else None
-
-
 def _values(ctx: Context) -> Context:
     """The context of a property or item value: `unevaluatedProperties` does not reach it."""
     return replace(ctx, closed=False, types=None) if ctx.closed or ctx.types is not None else ctx
-
-
-def const_regex(value: Any) -> str:
-    """The JSON text `json.dumps` writes for `value`. Raises ValueError for a NaN or an
-    infinity (a number outside a double's range in the request), which JSON cannot write."""
-    return literal(json.dumps(value, ensure_ascii=False, allow_nan=False))
 
 
 def _value_regex(value: Any, path: str, keyword: str) -> str:
@@ -230,7 +195,7 @@ def _regex(schema: Any, ctx: Context, path: str) -> str | None:
 
 def _build(schema: Any, ctx: Context, path: str) -> str | None:
     if schema is True or schema == {}:
-        return _generic(ctx.generic_depth, ctx.closed, ctx.types)
+        return typed_generic(ctx.generic_depth, ctx.closed, ctx.types)
     if schema is False:
         return None
     if not isinstance(schema, Mapping):
@@ -521,26 +486,3 @@ def _free_object(schema: Mapping[str, Any], ctx: Context, path: str) -> str | No
         return rf"\{{{WS}\}}"
     member = f"{STRING}{WS}:{WS}{value}"
     return rf"\{{{WS}(?:{member}(?:{WS},{WS}{member})*)?{WS}\}}"
-
-
-def ordered_members(members: Sequence[tuple[str, bool]], sep: str) -> str:
-    """Members in the given order, each either required or optional, joined by `sep`.
-
-    Linear in the members after the first one written; the choice of the first written
-    member makes the whole regex quadratic in the number of leading optional members.
-    """
-
-    def after_first(i: int) -> str:
-        return "".join(f"{sep}{m}" if req else f"(?:{sep}{m})?" for m, req in members[i:])
-
-    def from_(i: int) -> str:
-        if i == len(members):
-            return ""
-        member, req = members[i]
-        first = member + after_first(i + 1)
-        if req:
-            return first
-        rest = from_(i + 1)
-        return alternation([first, rest]) if rest else f"(?:{first})?"
-
-    return from_(0)

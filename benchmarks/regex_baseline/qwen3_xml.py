@@ -31,7 +31,8 @@ from callgate.formats import ToolCallFormat
 from callgate.parsers.qwen3_xml_values import FIRST_CHARS, RAW, SPELLINGS, declared_types, decode
 
 from .dsml import object_properties
-from .json_schema import Context, ordered_members, value_regex
+from .json_schema import Context, value_regex
+from .json_text import ordered_members
 from .text import alternation, literal, text_without
 from .values import NOTHING_RESERVED, Reserved, check_whole, split_string, unreserved_string
 
