@@ -22,7 +22,7 @@ Modes:
                       one of the markers it may not hold).
 * auto (eager)     -- [reasoning] content [calls]  (llama3-json: content | call).
 * auto + response_format -- [reasoning] (answer | calls): the answer is JSON of the response
-                      schema that the parser cannot read as a call (constraints/json_answer.py).
+                      schema that the parser cannot read as a call (json_answer.py).
 * required         -- [reasoning] calls (one or more; exactly one when not parallel).
 * named            -- [reasoning] exactly one call to that tool.
 * response_format  -- [reasoning] JSON of the response schema.
