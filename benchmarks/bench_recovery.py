@@ -101,15 +101,16 @@ class Result:
 
 def load_workload(calls: int, irrelevance: int, cache: Path) -> list[Case]:
     """`calls` BFCL call cases and `irrelevance` irrelevance cases (seeded picks)."""
-    import bench_parse_errors as pe
+    from bfcl_cases import bfcl_tool, bfcl_wheel, load_cases
 
-    out = [Case(c.id, "call", c.messages, c.tools) for c in pe.load_cases(calls, cache)] if calls else []
+    out = [Case(c.id, "call", c.messages, c.tools) for c in load_cases(calls, cache)] if calls else []
     if irrelevance:
-        wheel = zipfile.ZipFile(pe.bfcl_wheel(cache))
+        wheel = zipfile.ZipFile(bfcl_wheel(cache))
         rows = wheel.read("bfcl_eval/data/BFCL_v4_irrelevance.json").decode().splitlines()
         picked = random.Random(SEED).sample(rows, min(len(rows), irrelevance))
         for row in map(json.loads, picked):
-            out.append(Case(row["id"], "irrelevance", tuple(row["question"][0]), tuple(map(pe._tool, row["function"]))))
+            tools = tuple(map(bfcl_tool, row["function"]))
+            out.append(Case(row["id"], "irrelevance", tuple(row["question"][0]), tools))
     return out
 
 

@@ -78,9 +78,9 @@ def suite_items(folder: Path) -> Iterator[Item]:
 
 
 def bfcl_items(cache: Path) -> Iterator[Item]:
-    import bench_parse_errors as pe
+    from bfcl_cases import bfcl_wheel, make_case
 
-    wheel = zipfile.ZipFile(pe.bfcl_wheel(cache))
+    wheel = zipfile.ZipFile(bfcl_wheel(cache))
     seen: set[str] = set()
     for name in sorted(wheel.namelist()):
         m = re.fullmatch(r"bfcl_eval/data/BFCL_v4_(\w+)\.json", name)
@@ -93,7 +93,7 @@ def bfcl_items(cache: Path) -> Iterator[Item]:
                 continue  # a file that is not one case per line (format_sensitivity)
             if not isinstance(row.get("function"), list) or not row["function"]:
                 continue
-            for tool in pe.make_case({**row, "question": [[]]}, []).tools:
+            for tool in make_case({**row, "question": [[]]}, []).tools:
                 fn = tool["function"]
                 key = json.dumps([fn["name"], fn["parameters"]], sort_keys=True)
                 if key not in seen:

@@ -1,5 +1,5 @@
-"""bench_compile's baseline: the old outlines-core Index path, in a child process that is
-killed past its time cap (outlines-core cannot be interrupted).
+"""bench_compile's baseline: the old outlines-core Index path (benchmarks/regex_baseline/), in
+a child process that is killed past its time cap (outlines-core cannot be interrupted).
 
     baseline_cell(fmt, mode, toolset, vocab, cap_s) -> dict   # status ok|refused|timeout|...
     baseline_plan(n, formats, tool_sets, vocabs) -> cells      # hermes/required first
@@ -21,8 +21,9 @@ from vocabularies import Vocab
 
 def _old_index(conn: Any, ordinary: Mapping[bytes, list[int]], eos: int, regex: str) -> None:
     """Child: the old size check + Index + first allowed tokens over the vocabulary."""
-    from callgate.constraints.cache import compile_index, token_vocabulary
-    from callgate.constraints.index_size import check_size
+    from regex_baseline.cache import compile_index, token_vocabulary
+    from regex_baseline.index_size import check_size
+
     from callgate.errors import SchemaTooComplexError
 
     vocabulary = token_vocabulary(dict(ordinary), eos)
@@ -69,7 +70,8 @@ def baseline_cell(fmt: str, mode: str, tools: ToolSet, vocab: Vocab, cap_s: floa
     row: dict[str, Any] = {"engine": "outlines-core (old)", "format": fmt, "mode": mode}
     row |= {"tools": tools.name, "vocab": vocab.name}
     try:
-        from callgate.constraints.grammar import grammar
+        from regex_baseline.grammar import grammar
+
         from callgate.constraints.request import grammar_request
 
         start = time.perf_counter()

@@ -82,19 +82,19 @@ def tool_sets(names: Sequence[str], bfcl_cases: int, cache: Path = BFCL_CACHE) -
     bfcl = [n for n in names if n != "agent-12"]
     if not bfcl:
         return out
-    import bench_parse_errors as pe
+    from bfcl_cases import bfcl_wheel, make_case
 
-    wheel = zipfile.ZipFile(pe.bfcl_wheel(cache))
+    wheel = zipfile.ZipFile(bfcl_wheel(cache))
     rng = random.Random(SEED)
     for category in ("multiple", "parallel"):
         if f"bfcl-{category}" in names:
             rows = rng.sample(_bfcl_rows(wheel, category), bfcl_cases)
-            out.append(ToolSet(f"bfcl-{category}", tuple(pe.make_case(row, []).tools for row in rows)))
+            out.append(ToolSet(f"bfcl-{category}", tuple(make_case(row, []).tools for row in rows)))
     if "64-tools" in names:
         seen: dict[str, Mapping[str, Any]] = {}
         for category in ("multiple", "parallel", "simple_python"):
             for row in _bfcl_rows(wheel, category):
-                for tool in pe.make_case(row, []).tools:
+                for tool in make_case(row, []).tools:
                     seen.setdefault(tool["function"]["name"], tool)
         picked = list(seen.values())[:64]
         out.append(ToolSet("64-tools", (tuple(renamed(picked[i : i + 1], f"_{i}")[0] for i in range(len(picked))),)))

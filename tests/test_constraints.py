@@ -2,9 +2,9 @@
 tool_choice modes, cache keys, the compile time limit, checked with llguidance matchers over
 a byte vocabulary (tests/llg_harness.py) so these tests need no tokenizer.
 
-The baseline's regex helpers (text.text_without, json_schema.schema_regex: bench_compile's
-outlines-core grammars) keep their cheap checks, with Python's `re` (the same semantics as
-outlines-core's dialect for the constructs used)."""
+The regex baseline's helpers (benchmarks/regex_baseline/: text.text_without,
+json_schema.schema_regex, bench_compile's outlines-core grammars) keep their cheap checks,
+with Python's `re` (the same semantics as outlines-core's dialect for the constructs used)."""
 
 from __future__ import annotations
 
@@ -21,10 +21,10 @@ import pytest
 from hypothesis import assume, given, settings
 
 import callgate.constraints as constraints
-from callgate.constraints.json_schema import GENERIC_DEPTH, schema_regex
+from benchmarks.regex_baseline.json_schema import GENERIC_DEPTH, schema_regex
+from benchmarks.regex_baseline.text import text_without
 from callgate.constraints.llg import matcher
 from callgate.constraints.request import grammar_request
-from callgate.constraints.text import text_without
 from callgate.errors import InvalidRequestError, SchemaTooComplexError
 from callgate.formats import get_format
 from tests.harness import _schema_of, json_values

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
 import callgate.constraints as constraints
-from callgate.constraints.json_schema import MAX_PREFIX_ITEMS, schema_regex
+from benchmarks.regex_baseline.json_schema import MAX_PREFIX_ITEMS, schema_regex
 from callgate.constraints.lark_schema import ENFORCED
 from callgate.errors import SchemaTooComplexError
 from callgate.formats import get_format

@@ -4,7 +4,7 @@
    bare call `{"name": ..., "parameters": ...}` and a JSON answer both start with `{`. The
    parser, told the request asks for a JSON answer, reads a leading object as a call only
    when its first two keys are `name` then `parameters`; the grammar's answer alternative
-   never starts so (constraints/json_answer.py). Checked with the real parser, the real
+   never starts so (benchmarks/regex_baseline/json_answer.py). Checked with the real parser, the real
    compiled grammar over a byte vocabulary and the app with the fake engine.
 2. A second system-like message before the first user message, with tools: refused
    naming the role the client sent.
@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 import callgate.constraints as constraints
-from callgate.constraints.json_answer import answer_regex
+from benchmarks.regex_baseline.json_answer import answer_regex
 from callgate.errors import SchemaTooComplexError, TemplateError
 from callgate.formats import get_format
 from callgate.parsers import parse, sequential_call_ids, stream_parser

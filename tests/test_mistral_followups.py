@@ -21,9 +21,9 @@ from typing import Any
 import pytest
 
 import callgate.constraints as constraints
-from callgate.constraints import json_calls
+from callgate.constraints import text_markers
 from callgate.constraints.request import grammar_request
-from callgate.constraints.text import collapse_numbered
+from callgate.constraints.text_markers import collapse_numbered
 from callgate.errors import CompilerBusyError
 from callgate.formats import get_format
 from callgate.parsers import parse
@@ -62,7 +62,7 @@ def mistral_none() -> str:
 @pytest.mark.parametrize(("fmt", "bound"), [("mistral", 40), ("llama3-json", 40)])
 def test_reserved_token_runs_are_kept_out_by_their_prefix(fmt: str, bound: int) -> None:
     # before GRAMMAR_VERSION 9: mistral 980 <SPECIAL_n> literals, llama3-json 248 reserved tokens
-    markers = json_calls.content_markers(get_format(fmt))
+    markers = text_markers.json_content(get_format(fmt))
     assert len(markers) < bound and any(m.endswith("_") for m in markers)
 
 

@@ -30,7 +30,8 @@ from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
 import callgate.constraints as constraints
-from callgate.constraints.json_schema import INTEGER, NUMBER, schema_regex
+from benchmarks.regex_baseline.json_schema import schema_regex
+from callgate.constraints.json_lexemes import INTEGER, NUMBER
 from callgate.errors import SchemaTooComplexError
 from callgate.formats import get_format
 from callgate.parsers import parse
@@ -308,7 +309,7 @@ def test_type_beside_a_combinator_applies_both(schema: dict[str, Any], engine: s
 
 
 # qwen3-xml writes a value raw or as JSON by the declared type, DSML by its `string` flag:
-# both split a schema into strings and the rest (constraints/values.py). The grammar must
+# both split a schema into strings and the rest (lark_raw.py; the regex baseline's values.py). The grammar must
 # accept a rendered call exactly when the parser reads it into valid arguments.
 @pytest.mark.parametrize("fmt", ["qwen3-xml", "dsml-v4"])
 def test_type_beside_a_combinator_in_raw_value_formats(fmt: str) -> None:

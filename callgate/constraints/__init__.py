@@ -22,8 +22,11 @@ grammar cannot enforce, or llguidance's reason it cannot build the grammar; Comp
 schema runs past the time limit; InvalidRequestError (400) from `build` for a tool_choice naming
 no tool (a serving request's plan was checked when it was built).
 
-grammar.py and cache.py (regex grammars over an outlines-core Index) serve only as
-benchmarks/bench_compile.py's baseline.
+Shared helpers: param_path (a schema's place as an OpenAI `param`), json_lexemes (bounded
+numbers, string formats), value_schema (a value's schema as the qwen3-xml parser reads it),
+text_markers (what a family's free text may not hold). The old regex engine over an
+outlines-core Index is no part of the package: benchmarks/regex_baseline/, bench_compile's
+baseline, imports these helpers; nothing here imports it.
 """
 
 from __future__ import annotations

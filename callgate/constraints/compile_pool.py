@@ -3,8 +3,8 @@
 Knows: threads, asyncio futures, which compile each waiting request joined. Does not know:
 grammars, Indexes, the cache (the work is an opaque callable).
 
-outlines-core releases the GIL while it compiles but cannot be interrupted, so a compile
-that overran its time limit keeps its thread until it ends. Hence:
+A compile is native code that Python cannot interrupt, so a compile that overran its time
+limit keeps its thread until it ends. Hence:
 
 * the time limit runs from the moment a worker *starts* the compile, not from when the
   request arrived: a request queued behind other compiles is not told its schema is too

@@ -33,19 +33,19 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from callgate.constraints import dsml
-from callgate.constraints.json_schema import at, tool_param
+from callgate.constraints import text_markers
 from callgate.constraints.lark_json import Calls
 from callgate.constraints.lark_params import Member, parameter_sets
 from callgate.constraints.lark_raw import ANY, kinds, raw_string
 from callgate.constraints.lark_schema import prepare, rebase
 from callgate.constraints.lark_text import Builder, lit
+from callgate.constraints.param_path import at, tool_param
 from callgate.constraints.request import ToolSpec
 from callgate.errors import SchemaTooComplexError
 from callgate.formats import ToolCallFormat
 
-BAR = dsml.BAR
-content_markers = dsml.content_markers
+BAR = text_markers.DSML_BAR
+content_markers = text_markers.dsml_content
 # text a name or key cannot hold: the parser ends one at '"' and fails on the others
 _NAME_STOP = frozenset('"\n<>')
 _NON_STRING = ["null", "boolean", "object", "array", "number", "integer"]

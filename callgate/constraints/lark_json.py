@@ -21,16 +21,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from callgate.constraints import json_calls
-from callgate.constraints.json_schema import tool_param
+from callgate.constraints import text_markers
 from callgate.constraints.lark_schema import prepare, rebase
 from callgate.constraints.lark_text import Builder, lit
+from callgate.constraints.param_path import tool_param
 from callgate.constraints.request import ToolSpec
 from callgate.formats import ToolCallFormat
 
-content_markers = json_calls.content_markers
-reasoning_markers = json_calls.reasoning_markers
-lazy_ok = json_calls.lazy_ok
+content_markers = text_markers.json_content
+reasoning_markers = text_markers.json_reasoning
+lazy_ok = text_markers.json_lazy_ok
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,7 +43,7 @@ class Calls:
 
 
 def leading_reasoning(fmt: ToolCallFormat) -> bool:
-    return bool(json_calls.leading_reasoning(fmt))
+    return text_markers.json_opens_reasoning(fmt)
 
 
 def call_schema(fmt: ToolCallFormat, tools: Sequence[ToolSpec], *, with_id: bool = False) -> dict[str, Any]:

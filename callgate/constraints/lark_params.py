@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from callgate.constraints.json_schema import at
+from callgate.constraints.param_path import at
 from callgate.schema_ref import RefError, ref_target
 
 MAX_SETS = 64  # branch combinations of one tool (an anyOf of anyOfs multiplies)

@@ -10,7 +10,7 @@ tool_choice or vocabularies.
 Per type tried before `string`:
 * boolean / null: the spellings the parser reads (`true`/`True`, `null`/`None`) whose value
   the schema accepts;
-* integer / number: every value, bounded (callgate.constraints.json_schema INTEGER/NUMBER:
+* integer / number: every value, bounded (callgate.constraints.json_lexemes INTEGER/NUMBER:
   no number past a double's range, which the parser refuses); a finite set (enum/const) as
   its values' texts; otherwise llguidance's `%json` of the typed sub-schema (bounds,
   multipleOf);
@@ -36,11 +36,10 @@ from typing import Any
 
 from jsonschema import Draft202012Validator
 
-from callgate.constraints.json_schema import FORMATS, INTEGER, NUMBER
+from callgate.constraints.json_lexemes import FORMATS, INTEGER, NUMBER
 from callgate.constraints.lark_schema import prepare, rebase
 from callgate.constraints.lark_text import ANY, Builder, lit, regex_literal
-from callgate.constraints.qwen3_xml import _takes_all
-from callgate.constraints.values import resolve
+from callgate.constraints.value_schema import resolve, takes_all
 from callgate.errors import SchemaTooComplexError
 from callgate.formats import ToolCallFormat
 from callgate.parsers.qwen3_xml_values import FIRST_CHARS, RAW, SPELLINGS, decode
@@ -88,7 +87,7 @@ def value(
     tried = list(itertools.takewhile(lambda t: t not in ("string", RAW), types))
     numeric = [k for k in tried if k in _BOUNDED]
     finite = {k: _finite(schema, k, root) for k in numeric}
-    numeric_json = any(not _takes_all(schema, k, root, frozenset()) and finite[k] is None for k in numeric)
+    numeric_json = any(not takes_all(schema, k, root) and finite[k] is None for k in numeric)
     checker = _Checker(root, schema)
     lexemes: list[str] = []  # terminals of the typed texts
     exact: list[str] = []  # what a raw string may not be

@@ -34,19 +34,19 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from callgate.constraints import qwen3_xml
-from callgate.constraints.json_schema import tool_param
+from callgate.constraints import text_markers
 from callgate.constraints.lark_json import Calls
 from callgate.constraints.lark_qwen3_values import value
 from callgate.constraints.lark_schema import prepare
 from callgate.constraints.lark_text import Builder, lit
+from callgate.constraints.param_path import tool_param
 from callgate.constraints.request import ToolSpec
 from callgate.errors import SchemaTooComplexError
 from callgate.formats import ToolCallFormat
 from callgate.parsers.qwen3_xml_values import declared_types
 from callgate.schema_ref import RefError, follow_refs
 
-content_markers = qwen3_xml.content_markers
+content_markers = text_markers.qwen3_xml_content
 _NAME = re.compile(r"[^\s<>=\"'/]+")  # a function or parameter name the parser reads
 MAX_BITS = 64  # parameters a parametric rule can track
 

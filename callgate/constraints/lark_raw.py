@@ -28,10 +28,10 @@ from typing import Any
 
 import llguidance
 
-from callgate.constraints.json_schema import FORMATS as _JSON_FORMATS
-from callgate.constraints.json_schema import at
+from callgate.constraints.json_lexemes import FORMATS as _JSON_FORMATS
 from callgate.constraints.lark_schema import ANNOTATIONS
 from callgate.constraints.lark_schema import FORMATS as ENGINE_FORMATS
+from callgate.constraints.param_path import at
 from callgate.schema_ref import RefError, follow_refs
 
 ANY = "/(?s:.*)/"
@@ -41,7 +41,7 @@ KINDS = frozenset({"string", "number", "integer", "boolean", "null", "object", "
 _HOST_LABEL = "[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
 _OCTET = "(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
 # Raw-text regexes of the `format`s llguidance enforces in JSON (lark_schema.FORMATS); the
-# date/time/uuid ones are the regex grammars' (json_schema.FORMATS). Each is narrower than
+# date/time/uuid ones are json_lexemes.FORMATS (the regex baseline's too). Each is narrower than
 # or equal to its RFC: a model gets a plain spelling, never a value the format forbids.
 FORMAT_REGEX: Mapping[str, str] = {
     **_JSON_FORMATS,

@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from callgate.constraints.json_schema import at
+from callgate.constraints.param_path import at
 from callgate.errors import SchemaTooComplexError
 from callgate.schema_ref import RefError, ref_target
 

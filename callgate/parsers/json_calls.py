@@ -13,7 +13,7 @@ unless the caller passed `tools=[]` (no tools enabled), in which case it is an a
 JSON answer, response_format, while tools may be called: both may start with `{`), a
 leading object is a call only when its first two keys are the call's name and arguments
 keys; any other JSON value is the answer, held back until the object's keys decide
-(constraints/json_answer.py keeps such answers out of the grammar's answer alternative).
+(the regex baseline's json_answer.py kept such answers out of the grammar's answer alternative).
 
 Streaming: `feed(delta)` looks only at the delta plus a bounded hold-back (a possibly
 partial marker, one held separator, a run of held newlines at the end of reasoning); the

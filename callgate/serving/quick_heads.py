@@ -189,7 +189,7 @@ def _literal(text: str) -> str:
 
 def head_regex(task: str, labels: Mapping[str, tuple[str, ...]], urls: Sequence[str]) -> str | None:
     """The regex of a categorical head's whole output; None for a free-text head. It ends
-    with `$`, as callgate's tool grammars do (constraints/grammar.py): without it
+    with `$`, as the regex baseline's tool grammars do (benchmarks/regex_baseline/grammar.py): without it
     outlines-core drops the way on from an accepting state, so of the labels "Law" and
     "Lawyer" only "Law" could be written."""
     spec = HEADS[task]

@@ -15,20 +15,19 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from callgate.constraints.json_schema import at, ordered_members, tool_param
+from callgate.constraints.param_path import at, tool_param
 from callgate.constraints.request import ToolSpec
-from callgate.constraints.text import alternation, literal, text_without
-from callgate.constraints.values import check_whole, json_values, raw_string, resolve, split_string
+from callgate.constraints.text_markers import DSML_BAR, dsml_content, dsml_think
+from callgate.constraints.value_schema import resolve
 from callgate.errors import SchemaTooComplexError
 from callgate.formats import ToolCallFormat
 
-BAR = "\uff5c"
+from .json_text import ordered_members
+from .text import alternation, literal, text_without
+from .values import check_whole, json_values, raw_string, split_string
 
-
-def content_markers(fmt: ToolCallFormat) -> list[str]:
-    """What content may not hold (also a lazy row's text before its trigger, where the
-    trigger's own bar is the one allowed): think tags, and the bar of every DSML marker."""
-    return [*_think(fmt), BAR]
+BAR = DSML_BAR
+content_markers = dsml_content
 
 
 def content(fmt: ToolCallFormat) -> str:
@@ -39,11 +38,7 @@ def content(fmt: ToolCallFormat) -> str:
 
 def reasoning(fmt: ToolCallFormat) -> str:
     assert fmt.reasoning_close is not None
-    return text_without(_think(fmt), banned=BAR) + literal(fmt.reasoning_close)
-
-
-def _think(fmt: ToolCallFormat) -> list[str]:
-    return [t for t in (fmt.reasoning_open, fmt.reasoning_close) if t]
+    return text_without(dsml_think(fmt), banned=BAR) + literal(fmt.reasoning_close)
 
 
 def calls(fmt: ToolCallFormat, tools: Sequence[ToolSpec], *, parallel: bool) -> str:

@@ -14,19 +14,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from callgate.constraints.json_schema import (
-    ANNOTATIONS,
-    FORMATS,
-    REF_DEPTH,
-    Context,
-    declared_types,
-    schema_regex,
-    value_regex,
-    with_closure,
-)
-from callgate.constraints.text import alternation, char_class_excluding, literal, text_without
+from callgate.constraints.json_lexemes import FORMATS
+from callgate.constraints.value_schema import ANNOTATIONS, with_closure
 from callgate.errors import SchemaTooComplexError
 from callgate.schema_ref import RefError, follow_refs
+
+from .json_schema import REF_DEPTH, Context, declared_types, schema_regex, value_regex
+from .text import alternation, char_class_excluding, literal, text_without
 
 Schema = Mapping[str, Any] | bool
 _NON_STRING = ["null", "boolean", "object", "array", "number"]
@@ -43,15 +37,6 @@ class Reserved:
 
 
 NOTHING_RESERVED = Reserved()
-
-
-def resolve(schema: Any, root: Mapping[str, Any], path: str) -> Any:
-    """Follow a top-level chain of local `$ref`s (as the qwen3-xml parser does, with the same
-    callgate.schema_ref), keeping an `unevaluatedProperties: false` beside each."""
-    try:
-        return follow_refs(schema, root, with_closure)
-    except RefError as exc:
-        raise SchemaTooComplexError(f"schema keyword '$ref' at {path} {exc}", param=path) from None
 
 
 def split_string(schema: Any, root: Mapping[str, Any]) -> tuple[Schema | None, Schema | None]:

@@ -48,7 +48,7 @@ from typing import Any
 
 import outlines_core
 
-log = logging.getLogger("callgate.constraints.cache")
+log = logging.getLogger("regex_baseline.cache")
 
 MAGIC = b"callgate-index/2\n"
 HEADER_BYTES = len(MAGIC) + 12  # then the payload's length (8 bytes) and CRC-32 (4), little-endian

@@ -9,13 +9,20 @@ calls) or vocabularies.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Sequence
 
-from callgate.constraints.json_schema import WS, Context, const_regex, object_regex, tool_param
+from callgate.constraints import text_markers
+from callgate.constraints.param_path import tool_param
 from callgate.constraints.request import ToolSpec
-from callgate.constraints.text import alternation, collapse_numbered, literal, text_without
 from callgate.formats import ToolCallFormat
+
+from .json_schema import Context, object_regex
+from .json_text import WS, const_regex
+from .text import alternation, literal, text_without
+
+content_markers = text_markers.json_content
+reasoning_markers = text_markers.json_reasoning
+lazy_ok = text_markers.json_lazy_ok
 
 
 def _arguments(tool: ToolSpec) -> str:
@@ -34,28 +41,6 @@ def _call_object(tool: ToolSpec, fmt: ToolCallFormat, extra: str = "") -> str:
     return rf"\{{{WS}{name}{WS},{WS}{arguments}{extra}{WS}\}}"
 
 
-def _control(fmt: ToolCallFormat) -> list[str]:
-    """The control tokens, a numbered run of reserved ones (mistral `<SPECIAL_20..999>`,
-    llama3 `<|reserved_special_token_0..247|>`) as its prefix: stricter than the parser,
-    which reads each token, and a content grammar of one prefix instead of ~1000 literals
-    (mistral's took 4-12 s to compile, past the request's time limit)."""
-    return list(_collapsed(fmt.special_tokens))
-
-
-@functools.cache
-def _collapsed(tokens: tuple[str, ...]) -> tuple[str, ...]:
-    # once per format, not per request: mistral's ~1000 tokens take ~0.5 ms
-    return tuple(collapse_numbered(tokens))
-
-
-def content_markers(fmt: ToolCallFormat) -> list[str]:
-    """What content may not hold (also a lazy row's text before its trigger): control
-    tokens, and in the single layout a call object."""
-    if fmt.markers["call_layout"] == "single":
-        return [*_control(fmt), fmt.markers["call_in_text"]]
-    return _control(fmt)
-
-
 def content(fmt: ToolCallFormat) -> str:
     """Free text the parser reads as content (at least one character): no control token,
     no call syntax."""
@@ -64,11 +49,6 @@ def content(fmt: ToolCallFormat) -> str:
         # is text_before_call.
         return rf"[^{{\[<]{text_without(content_markers(fmt))}"
     return text_without(content_markers(fmt), nonempty=True)
-
-
-def reasoning_markers(fmt: ToolCallFormat) -> list[str]:
-    """What a reasoning block may not hold before its close: control tokens."""
-    return _control(fmt)
 
 
 def reasoning(fmt: ToolCallFormat) -> str:
@@ -109,8 +89,3 @@ def _list_calls(fmt: ToolCallFormat, tools: Sequence[ToolSpec], parallel: bool) 
     obj = alternation(_call_object(t, fmt, call_id) for t in tools)
     items = f"{obj}(?:{WS},{WS}{obj})*" if parallel else obj
     return literal(m["calls"]) + rf"\[{WS}{items}{WS}\]"
-
-
-def lazy_ok(fmt: ToolCallFormat) -> bool:
-    """Whether content may precede a call (so free text up to the trigger is fine)."""
-    return bool(fmt.markers["call_layout"] != "single")

@@ -1,7 +1,7 @@
 """JSON Schema -> regular expression of the JSON texts that satisfy it.
 
-Knows: a subset of Draft 2020-12 that it can enforce exactly or more strictly, and the JSON
-lexical grammar (RFC 8259) as Python's `json.dumps` writes it and `json.loads` reads it.
+Knows: a subset of Draft 2020-12 that it can enforce exactly or more strictly, written in
+the JSON lexical pieces of json_text.py (RFC 8259 as `json.dumps` writes it).
 Does not know: formats or vocabularies; of tools only how a refusal names a tool's schema
 (`tool_param`, an OpenAI-style `param` built with `at`).
 
@@ -27,7 +27,7 @@ Deliberately stricter than the schema (documented, never weaker):
 * whitespace is at most one space around `:` and `,` (what `json.dumps` writes, or none);
 * strings never hold `\\u` escapes of surrogates; integers have no fraction or exponent;
 * a number has at most `MAX_INTEGER_DIGITS` digits before its point and an exponent that
-  keeps it below 1e308 (see NUMBER; the parsers refuse a number past a double's 1.8e308);
+  keeps it below 1e308 (callgate.constraints.json_lexemes NUMBER; the parsers refuse a number past a double's 1.8e308);
 * recursive `$ref` is unrolled `REF_DEPTH` times;
 * `format` is an annotation in 2020-12; `date`, `time`, `date-time` and `uuid` are
   enforced anyway, other formats are left unchecked (as a 2020-12 validator does).
@@ -37,16 +37,29 @@ Known gap: a regex cannot forbid a repeated key in a free-form object.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from callgate.constraints.text import alternation, literal
+from callgate.constraints.json_lexemes import FORMATS, INTEGER, NUMBER
+from callgate.constraints.param_path import at
+from callgate.constraints.value_schema import ANNOTATIONS, with_closure
 from callgate.errors import SchemaTooComplexError
 from callgate.schema_ref import RefError, ref_target
 
-GENERIC_DEPTH = 1
+from .json_text import (
+    BOOLEAN,
+    GENERIC_DEPTH,
+    NULL,
+    STRING,
+    STRING_CHAR,
+    WS,
+    const_regex,
+    ordered_members,
+    typed_generic,
+)
+from .text import alternation
+
 REF_DEPTH = 3
 MAX_REPEAT = 256
 # each `prefixItems` entry nests the regex one level deeper (outlines-core refuses ~100)
@@ -54,44 +67,6 @@ MAX_PREFIX_ITEMS = 32
 # A schema's regex; past this its byte DFA alone takes seconds (measured: 333 KB, 3.6 s)
 MAX_REGEX_CHARS = 512 * 1024
 
-WS = "[ ]?"
-_HEX = "[0-9a-fA-F]"
-# A \u escape of anything but a surrogate (lone surrogates decode to unencodable text).
-_U_ESCAPE = r"u(?:[0-9a-cA-C]" + _HEX + "{3}|[dD][0-7]" + _HEX + "{2}|[e-fE-F]" + _HEX + "{3})"
-STRING_CHAR = r'(?:[^"\\\x00-\x1F]|\\(?:["\\/bfnrt]|' + _U_ESCAPE + "))"
-STRING = f'"{STRING_CHAR}*"'
-# Numbers the strict parsers hold (parsers/json_scan.py, qwen3_xml_values.py): an integer
-# within Python's int-parsing limit, a float that stays finite (unbounded, `1e999` or 400
-# digits and `.0` overflow, and the parser refuses the call). A number has at most
-# MAX_INTEGER_DIGITS before its point. One digit there (how `json.dumps` writes a float in
-# exponent form) takes an exponent up to 307, or down to -999 (which reads as 0.0); more
-# digits take an exponent of two digits. So the largest number is below 1e308 (a double
-# reaches 1.8e308), and `json.dumps` of any double below 1e308 is written. Each bound costs
-# DFA states in every place a number may stand (measured: 40 byte states, were 8).
-MAX_INTEGER_DIGITS = 20  # 2**64 has 20 digits
-INTEGER = f"-?(?:0|[1-9][0-9]{{0,{MAX_INTEGER_DIGITS - 1}}})"
-_FRACTION = r"(?:\.[0-9]+)?"
-_EXPONENT = r"(?:[eE](?:\+?(?:[0-9]{1,2}|[0-2][0-9]{2}|30[0-7])|-[0-9]{1,3}))?"
-NUMBER = (
-    f"-?(?:[0-9]{_FRACTION}{_EXPONENT}|[1-9][0-9]{{1,{MAX_INTEGER_DIGITS - 1}}}{_FRACTION}(?:[eE][+-]?[0-9]{{1,2}})?)"
-)
-BOOLEAN = "(?:true|false)"
-NULL = "null"
-
-FORMATS = {
-    "date": r"[0-9]{4}-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12][0-9]|3[01])",
-    "time": r"(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\.[0-9]+)?(?:Z|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])",
-    "uuid": r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}",
-}
-FORMATS["date-time"] = FORMATS["date"] + "[Tt]" + FORMATS["time"]
-
-ANNOTATIONS = frozenset(
-    {
-        "title", "description", "default", "examples", "$comment", "deprecated", "readOnly",
-        "writeOnly", "$schema", "$id", "$anchor", "$defs", "definitions", "format",
-        "contentMediaType", "contentEncoding", "nullable", "strict",
-    }
-)  # fmt: skip
 _BY_TYPE: Mapping[str, frozenset[str]] = {
     "string": frozenset({"minLength", "maxLength"}),
     "array": frozenset({"items", "prefixItems", "minItems", "maxItems"}),
@@ -107,20 +82,6 @@ _KINDS = ("null", "boolean", "object", "array", "number", "string")
 _UNSUPPORTED = "is not supported by the grammar, which enforces " + ", ".join(
     sorted(_GENERAL | frozenset().union(*_BY_TYPE.values()), key=str.lower)
 )
-
-
-def at(path: str, *parts: str | int) -> str:
-    """`path` followed by `parts` as an OpenAI-style `param`, as every other 400 names its
-    place: `.name` for a keyword or a property, `[i]` for an index
-    (`tools[0].function.parameters.properties.x.anyOf[1]`)."""
-    for part in parts:
-        path = f"{path}[{part}]" if isinstance(part, int) else (f"{path}.{part}" if path else part)
-    return path
-
-
-def tool_param(index: int) -> str:
-    """The `param` of the parameter schema of the request's `index`-th tool."""
-    return f"tools[{index}].function.parameters"
 
 
 def _too_complex(path: str, keyword: str, why: str) -> SchemaTooComplexError:
@@ -141,61 +102,9 @@ class Context:
     types: frozenset[str] | None = None
 
 
-def generic_value(depth: int = GENERIC_DEPTH, *, closed: bool = False) -> str:
-    """Any JSON value with containers nested at most `depth` deep (`closed`: an object
-    value is `{}`, its nested values stay free)."""
-    rx = _generic(depth, closed, None)
-    assert rx is not None
-    return rx
-
-
-def _generic(depth: int, closed: bool, types: frozenset[str] | None) -> str | None:
-    """`generic_value` of the given types only (None: all); None when there are none."""
-
-    def wanted(kind: str) -> bool:
-        return types is None or kind in types
-
-    number = NUMBER if wanted("number") else INTEGER
-    kinds = (("string", STRING), ("number", number), ("boolean", BOOLEAN), ("null", NULL))
-    scalars = [rx for kind, rx in kinds if wanted(kind) or (kind == "number" and wanted("integer"))]
-    scalar = alternation(scalars) if scalars else None
-    if depth <= 0:
-        return scalar
-    inner = generic_value(depth - 1)
-    member = f"{STRING}{WS}:{WS}{inner}"
-    array = rf"\[{WS}(?:{inner}(?:{WS},{WS}{inner})*)?{WS}\]"
-    obj = rf"\{{{WS}\}}" if closed else rf"\{{{WS}(?:{member}(?:{WS},{WS}{member})*)?{WS}\}}"
-    alts = [] if scalar is None else [scalar]
-    alts += [rx for rx, kind in ((array, "array"), (obj, "object")) if wanted(kind)]
-    return alternation(alts) if alts else None
-
-
-def with_closure(target: Any, outer: Mapping[str, Any]) -> Any:
-    """`target` (what `outer` applies in place: its `$ref`'s target, its only `allOf`
-    branch, its non-string part) carrying `outer`'s `unevaluatedProperties: false`.
-
-    Exact: the keyword sees the same evaluated fields whether it stands next to `$ref` or
-    inside the target; a target that has its own `unevaluatedProperties` evaluates every
-    field already, so `outer`'s has nothing left to reject.
-    """
-    if outer.get("unevaluatedProperties", True) is not False or target is False:
-        return target
-    if target is True:
-        return {"unevaluatedProperties": False}
-    if not isinstance(target, Mapping) or "unevaluatedProperties" in target:
-        return target
-    return {**target, "unevaluatedProperties": False}
-
-
 def _values(ctx: Context) -> Context:
     """The context of a property or item value: `unevaluatedProperties` does not reach it."""
     return replace(ctx, closed=False, types=None) if ctx.closed or ctx.types is not None else ctx
-
-
-def const_regex(value: Any) -> str:
-    """The JSON text `json.dumps` writes for `value`. Raises ValueError for a NaN or an
-    infinity (a number outside a double's range in the request), which JSON cannot write."""
-    return literal(json.dumps(value, ensure_ascii=False, allow_nan=False))
 
 
 def _value_regex(value: Any, path: str, keyword: str) -> str:
@@ -286,7 +195,7 @@ def _regex(schema: Any, ctx: Context, path: str) -> str | None:
 
 def _build(schema: Any, ctx: Context, path: str) -> str | None:
     if schema is True or schema == {}:
-        return _generic(ctx.generic_depth, ctx.closed, ctx.types)
+        return typed_generic(ctx.generic_depth, ctx.closed, ctx.types)
     if schema is False:
         return None
     if not isinstance(schema, Mapping):
@@ -577,26 +486,3 @@ def _free_object(schema: Mapping[str, Any], ctx: Context, path: str) -> str | No
         return rf"\{{{WS}\}}"
     member = f"{STRING}{WS}:{WS}{value}"
     return rf"\{{{WS}(?:{member}(?:{WS},{WS}{member})*)?{WS}\}}"
-
-
-def ordered_members(members: Sequence[tuple[str, bool]], sep: str) -> str:
-    """Members in the given order, each either required or optional, joined by `sep`.
-
-    Linear in the members after the first one written; the choice of the first written
-    member makes the whole regex quadratic in the number of leading optional members.
-    """
-
-    def after_first(i: int) -> str:
-        return "".join(f"{sep}{m}" if req else f"(?:{sep}{m})?" for m, req in members[i:])
-
-    def from_(i: int) -> str:
-        if i == len(members):
-            return ""
-        member, req = members[i]
-        first = member + after_first(i + 1)
-        if req:
-            return first
-        rest = from_(i + 1)
-        return alternation([first, rest]) if rest else f"(?:{first})?"
-
-    return from_(0)

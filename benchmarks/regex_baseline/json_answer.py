@@ -25,11 +25,14 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from callgate.constraints.json_schema import ANNOTATIONS, STRING, STRING_CHAR, WS, Context, schema_regex, value_regex
-from callgate.constraints.text import literal
+from callgate.constraints.value_schema import ANNOTATIONS
 from callgate.errors import SchemaTooComplexError
 from callgate.formats import ToolCallFormat
 from callgate.schema_ref import RefError, ref_target
+
+from .json_schema import Context, schema_regex, value_regex
+from .json_text import STRING, STRING_CHAR, WS
+from .text import literal
 
 _PATH = "response_format"
 _REF_DEPTH = 8

@@ -21,31 +21,20 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from callgate.constraints.dsml import object_properties
-from callgate.constraints.json_schema import (
-    ANNOTATIONS,
-    INTEGER,
-    NUMBER,
-    Context,
-    at,
-    ordered_members,
-    tool_param,
-    value_regex,
-)
+from callgate.constraints import text_markers
+from callgate.constraints.json_lexemes import INTEGER, NUMBER
+from callgate.constraints.param_path import at, tool_param
 from callgate.constraints.request import ToolSpec
-from callgate.constraints.text import alternation, literal, text_without
-from callgate.constraints.values import (
-    NOTHING_RESERVED,
-    Reserved,
-    check_whole,
-    resolve,
-    split_string,
-    unreserved_string,
-)
+from callgate.constraints.value_schema import resolve, takes_all
 from callgate.errors import SchemaTooComplexError
 from callgate.formats import ToolCallFormat
 from callgate.parsers.qwen3_xml_values import FIRST_CHARS, RAW, SPELLINGS, declared_types, decode
-from callgate.schema_ref import RefError, follow_refs
+
+from .dsml import object_properties
+from .json_schema import Context, value_regex
+from .json_text import ordered_members
+from .text import alternation, literal, text_without
+from .values import NOTHING_RESERVED, Reserved, check_whole, split_string, unreserved_string
 
 _NUMBERS = {"integer": INTEGER, "number": NUMBER}
 
@@ -58,11 +47,7 @@ def _value_markers(fmt: ToolCallFormat) -> list[str]:
     return [m["parameter_close"], m["parameter_open"], m["function_close"], m["call_open"], m["call_close"]]
 
 
-def content_markers(fmt: ToolCallFormat) -> list[str]:
-    """What content may not hold (also a lazy row's text before its trigger): control
-    tokens and stray call tags."""
-    m = fmt.markers
-    return [*fmt.special_tokens, m["function_open"], m["function_close"], m["parameter_open"], m["parameter_close"]]
+content_markers = text_markers.qwen3_xml_content
 
 
 def content(fmt: ToolCallFormat) -> str:
@@ -105,9 +90,9 @@ def _value(fmt: ToolCallFormat, schema: Any, root: Mapping[str, Any], path: str)
     tried = list(itertools.takewhile(lambda t: t not in ("string", RAW), types))
     alts, whole = [], set()
     for kind in tried:
-        rx, takes_all = _typed(schema, kind, root, path)
+        rx, every = _typed(schema, kind, root, path)
         alts += [rx] if rx is not None else []
-        whole |= {kind} if takes_all else set()
+        whole |= {kind} if every else set()
     if len(tried) < len(types) or not types:
         strings, _ = split_string(schema, root)
         if strings is None and not types:
@@ -135,36 +120,9 @@ def _typed(schema: Any, kind: str, root: Mapping[str, Any], path: str) -> tuple[
     if kind in SPELLINGS:
         valid = [s for s in SPELLINGS[kind] if re.fullmatch(rx, json.dumps(decode(s, (kind,)).value))]
         return alternation(literal(s) for s in valid), len(valid) == len(SPELLINGS[kind])
-    if kind in _NUMBERS and _takes_all(schema, kind, root, frozenset()):
+    if kind in _NUMBERS and takes_all(schema, kind, root):
         return _NUMBERS[kind], True
-    return rx, kind == "array" and _takes_all(schema, kind, root, frozenset())
-
-
-def _takes_all(schema: Any, kind: str, root: Mapping[str, Any], reading: frozenset[str]) -> bool:
-    """Whether every value of `kind` (integer, number, array) is valid under `schema`; False
-    when unsure. `reading`: the `$ref`s being read (a cycle takes nothing more)."""
-    ref = schema.get("$ref") if isinstance(schema, Mapping) else None
-    if isinstance(ref, str):
-        if ref in reading:
-            return False
-        reading |= {ref}
-    try:
-        schema = follow_refs(schema, root)
-    except RefError:
-        return False
-    if schema is True:
-        return True
-    if not isinstance(schema, Mapping):
-        return False
-    declared = schema.get("type")
-    types = [declared] if isinstance(declared, str) else declared
-    if types is not None and kind not in types and not (kind == "integer" and "number" in types):
-        return False
-    rest = schema.keys() - ANNOTATIONS - {"type", "unevaluatedProperties"}
-    for key in ("anyOf", "oneOf"):  # json_schema admits only oneOf branches of distinct types
-        if rest == {key}:
-            return any(_takes_all(b, kind, root, reading) for b in schema[key])
-    return not rest
+    return rx, kind == "array" and takes_all(schema, kind, root)
 
 
 def _reserved(tried: Sequence[str], whole: set[str]) -> Reserved:

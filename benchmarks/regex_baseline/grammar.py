@@ -22,7 +22,7 @@ Modes:
                       one of the markers it may not hold).
 * auto (eager)     -- [reasoning] content [calls]  (llama3-json: content | call).
 * auto + response_format -- [reasoning] (answer | calls): the answer is JSON of the response
-                      schema that the parser cannot read as a call (constraints/json_answer.py).
+                      schema that the parser cannot read as a call (json_answer.py).
 * required         -- [reasoning] calls (one or more; exactly one when not parallel).
 * named            -- [reasoning] exactly one call to that tool.
 * response_format  -- [reasoning] JSON of the response schema.
@@ -31,21 +31,18 @@ Modes:
 from __future__ import annotations
 
 import functools
-import importlib
 from dataclasses import dataclass
 from types import ModuleType
 
-from callgate.constraints.free_text import FreeText
-from callgate.constraints.json_answer import answer_regex
-from callgate.constraints.json_schema import Context, schema_regex
 from callgate.constraints.request import GrammarRequest
 from callgate.formats import FORMATS, ToolCallFormat, get_format
 
-_FAMILY_MODULES = {
-    "dsml": "callgate.constraints.dsml",
-    "qwen3-xml": "callgate.constraints.qwen3_xml",
-    "json": "callgate.constraints.json_calls",
-}
+from . import dsml, json_calls, qwen3_xml
+from .free_text import FreeText
+from .json_answer import answer_regex
+from .json_schema import Context, schema_regex
+
+_FAMILIES: dict[str, ModuleType] = {"dsml": dsml, "qwen3-xml": qwen3_xml, "json": json_calls}
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +52,7 @@ class Grammar:
 
 
 def family(fmt: ToolCallFormat) -> ModuleType:
-    return importlib.import_module(_FAMILY_MODULES[fmt.family])
+    return _FAMILIES[fmt.family]
 
 
 def grammar(req: GrammarRequest) -> Grammar:

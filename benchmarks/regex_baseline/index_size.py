@@ -24,8 +24,9 @@ import threading
 
 import outlines_core
 
-from callgate.constraints.cache import TokenVocabulary, token_vocabulary
 from callgate.errors import SchemaTooComplexError
+
+from .cache import TokenVocabulary, token_vocabulary
 
 # 20 000 byte states on a 49k vocabulary (the bound closing tables use, automaton.py):
 # about 7 s and some hundreds of MB of Index on this machine, past the default time limit.

