@@ -42,8 +42,8 @@ def tool(tag: str, n: int) -> dict[str, Any]:
 async def child(mode: str, args: argparse.Namespace) -> None:
     import callgate.constraints as constraints
     from callgate.constraints.cache import CACHE, token_vocabulary
-    from callgate.serving.model_store import resolve_model
-    from callgate.serving.tokenizer import HfTokenizer
+    from callgate.serving.engines.model_store import resolve_model
+    from callgate.serving.engines.tokenizer import HfTokenizer
 
     if mode == "no-trim":
         constraints.trim_heap = lambda: None  # type: ignore[attr-defined]  # the baseline

@@ -230,7 +230,7 @@ CALL_TEXT = f"Let me check the forecast.\n<tool_call>\n{CALL_JSON}\n</tool_call>
 
 
 def embedded_folder() -> Path | None:
-    from callgate.serving.model_store import EMBEDDED_FOLDER, default_cache_dir, is_complete
+    from callgate.serving.engines.model_store import EMBEDDED_FOLDER, default_cache_dir, is_complete
 
     folder = default_cache_dir() / EMBEDDED_FOLDER
     return folder if is_complete(folder) else None
@@ -270,7 +270,7 @@ def real_vocab_steps(folder: Path, batch: int) -> dict[str, float]:
 
 
 def _tokenizer(folder: Path) -> Any:
-    from callgate.serving.tokenizer import HfTokenizer
+    from callgate.serving.engines.tokenizer import HfTokenizer
 
     return HfTokenizer(folder)
 

