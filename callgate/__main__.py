@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib
 import json
 import logging
 import os
@@ -282,9 +281,10 @@ def _drained(signum: int, frame: FrameType | None) -> None:
 
 def with_model_format(settings: Settings) -> Settings:
     """`settings` with the format the model folder's chat template implies (else unchanged)."""
-    model_store = importlib.import_module("callgate.serving.engines.model_store")
-    folder = model_store.resolve_model(settings.model or model_store.EMBEDDED_MODEL)
-    fmt: str | None = model_store.native_format(folder)
+    from callgate.serving.engines.model_store import EMBEDDED_MODEL, native_format, resolve_model
+
+    folder = resolve_model(settings.model or EMBEDDED_MODEL)
+    fmt: str | None = native_format(folder)
     if fmt is None or fmt == settings.format:
         return settings
     logging.getLogger("callgate").info("format %s, from the chat template of %s", fmt, folder)
@@ -319,10 +319,11 @@ def prepare_model(name: str, cache_dir: str | None, wheel_dir: str | None) -> in
 
 def build_vllm_engine(settings: Settings) -> Engine:
     """The real engine on the resolved model folder (the embedded model is converted once)."""
-    model_store = importlib.import_module("callgate.serving.engines.model_store")
-    folder = model_store.resolve_model(settings.model or model_store.EMBEDDED_MODEL)
-    vllm_engine = importlib.import_module("callgate.serving.engines.vllm_engine")
-    engine: Engine = vllm_engine.VllmEngine.start(settings.engine_config(str(folder)))
+    from callgate.serving.engines.model_store import EMBEDDED_MODEL, resolve_model
+    from callgate.serving.engines.vllm_engine import VllmEngine
+
+    folder = resolve_model(settings.model or EMBEDDED_MODEL)
+    engine: Engine = VllmEngine.start(settings.engine_config(str(folder)))
     return engine
 
 
