@@ -55,8 +55,8 @@ async def child(mode: str, args: argparse.Namespace) -> None:
 
     from callgate.constraints.compile_pool import CompilePool, Job
     from callgate.constraints.request import grammar_request
-    from callgate.serving.model_store import resolve_model
-    from callgate.serving.tokenizer import HfTokenizer
+    from callgate.serving.engines.model_store import resolve_model
+    from callgate.serving.engines.tokenizer import HfTokenizer
 
     configure_disk(None)
     pool = CompilePool(workers=2)

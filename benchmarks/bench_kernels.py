@@ -230,7 +230,7 @@ CALL_TEXT = f"Let me check the forecast.\n<tool_call>\n{CALL_JSON}\n</tool_call>
 
 
 def embedded_folder() -> Path | None:
-    from callgate.serving.model_store import EMBEDDED_FOLDER, default_cache_dir, is_complete
+    from callgate.serving.engines.model_store import EMBEDDED_FOLDER, default_cache_dir, is_complete
 
     folder = default_cache_dir() / EMBEDDED_FOLDER
     return folder if is_complete(folder) else None
@@ -238,14 +238,19 @@ def embedded_folder() -> Path | None:
 
 def real_vocab_steps(folder: Path, batch: int) -> dict[str, float]:
     """A scripted model on the real tokenizer writes CALL_TEXT under the hermes auto grammar
-    (the processor's default tokenizer loader, constraints.build's grammar and trigger)."""
+    (the vocabulary vLLM's adapter loads, constraints.build's grammar and trigger)."""
     import dataclasses
 
     from callgate.constraints import build
     from callgate.decoding.processor import ConstrainedBatch
     from callgate.decoding.timings import MaskTimings
+    from callgate.serving.engines.vllm_engine import model_vocabulary
 
-    proc = ConstrainedBatch(SimpleNamespace(model_config=SimpleNamespace(tokenizer=str(folder))), "cpu", False)
+    class ModelTokens(ConstrainedBatch):  # the tokens vLLM's adapter loads, without vllm
+        def load_tokens(self) -> Any:
+            return model_vocabulary(str(folder))
+
+    proc = ModelTokens(None, "cpu", False)
     constraint = build("hermes", CALL_TOOLS, "auto", True, None, proc.vocab)
     assert constraint is not None
     ref = dataclasses.asdict(constraint.ref())
@@ -270,7 +275,7 @@ def real_vocab_steps(folder: Path, batch: int) -> dict[str, float]:
 
 
 def _tokenizer(folder: Path) -> Any:
-    from callgate.serving.tokenizer import HfTokenizer
+    from callgate.serving.engines.tokenizer import HfTokenizer
 
     return HfTokenizer(folder)
 

@@ -209,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     tools = json.loads(TOOLS_FILE.read_text())
-    from callgate.serving.tokenizer import HfTokenizer
+    from callgate.serving.engines.tokenizer import HfTokenizer
 
     folders = {"smollm2": vocabularies.smollm2_folder(), "qwen2.5": vocabularies.QWEN_FOLDER}
     started = time.time()

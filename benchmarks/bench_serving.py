@@ -18,7 +18,7 @@ callgate, ...) so that load drift on a shared machine hits both alike. A warm-up
 output tokens/s >= 0.95 x vLLM's at every level.
 
 A real tool-trained model (issue #19): `--model qwen2.5-coder-0.5b` (Qwen2.5-Coder-0.5B-
-Instruct, prepared once by callgate.serving.model_asset; callgate reads the format
+Instruct, prepared once by callgate.serving.engines.model_asset; callgate reads the format
 `hermes-qwen2.5` from its chat template). `--vllm-api chat` sends vLLM the messages
 instead (`vllm serve FOLDER`, its own chat template from the folder, which renders the same
 text); `--tools FILE` adds the tools of FILE (e.g. /work/shared/bench/agent_tools.json) to
@@ -360,9 +360,9 @@ def main() -> None:
     args = parse_args()
     args.log_dir = args.log_dir or tempfile.mkdtemp(prefix="bench_serving-")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop the servers on the way out
-    from callgate.serving.model_asset import ASSETS, prepare
-    from callgate.serving.model_store import native_format, resolve_model
-    from callgate.serving.tokenizer import HfTokenizer
+    from callgate.serving.engines.model_asset import ASSETS, prepare
+    from callgate.serving.engines.model_store import native_format, resolve_model
+    from callgate.serving.engines.tokenizer import HfTokenizer
     from callgate.templates import render
 
     folder = prepare(ASSETS[args.model]) if args.model in ASSETS else resolve_model(args.model)

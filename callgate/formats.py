@@ -145,7 +145,7 @@ DSML_V4 = ToolCallFormat(
 # text instruction appended to the last user message (after a blank line; ChatML writes it
 # as one more user turn after any other role), so a head shares the KV-cache prefix of the
 # main prompt up to the end of that message's text. The wording matches what
-# callgate.serving.quick reads and constrains: `action` one of search / answer, `read_url`
+# callgate.serving.quick.service reads and constrains: `action` one of search / answer, `read_url`
 # one "URL: yes|no" line per URL of the last user message, `authority` / `domain` one word
 # (the grammar holds it to the server's label set), `query` lines, `title` one line.
 TEXT_QUICK_TASKS: Mapping[str, str] = _frozen(

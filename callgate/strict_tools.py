@@ -1,7 +1,7 @@
 """What OpenAI's `strict: true` on a tool means for its parameter schema.
 
 Knows: the rule that closes a schema's objects to unknown fields (`strict_schema`), shared
-by the validator (callgate.serving.validation), which checks calls against the closed
+by the validator (callgate.serving.handoff.validation), which checks calls against the closed
 schema, and the grammar (callgate.constraints.request), which is built from it, so that the
 two agree on which objects are closed. Does not know: validation, grammars or HTTP.
 """

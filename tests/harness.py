@@ -21,7 +21,7 @@ from typing import Any
 from hypothesis import strategies as st
 
 from callgate.parsers import parse, sequential_call_ids, stream_parser
-from callgate.serving.fake_engine import FakeTokenizer
+from callgate.serving.engines.fake_engine import FakeTokenizer
 from callgate.templates import render
 from callgate.types import (
     ArgumentsDelta,

@@ -15,7 +15,7 @@ import callgate.constraints as constraints
 from callgate import parsers
 from callgate.errors import SchemaTooComplexError
 from callgate.serving.app import create_app
-from callgate.serving.fake_engine import FakeEngine
+from callgate.serving.engines.fake_engine import FakeEngine
 from tests import llg_harness
 from tests.llg_harness import byte_vocabulary
 from tests.test_server_app import MODEL, Harness, SchemaCheck, make_settings

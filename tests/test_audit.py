@@ -1,4 +1,4 @@
-"""callgate.serving.audit: durable append-only JSONL — one whole line per record, fsync before
+"""callgate.serving.handoff.audit: durable append-only JSONL — one whole line per record, fsync before
 `write` returns, torn tails contained, size-based rotation — and a SIGKILLed server that loses
 no record of an answered request."""
 
@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from callgate.serving.audit import AuditLog, candidate_record, read_records, rotated_path
+from callgate.serving.handoff.audit import AuditLog, candidate_record, read_records, rotated_path
 from tests.validator_app import free_port
 
 

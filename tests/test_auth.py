@@ -20,7 +20,7 @@ import pytest
 from fastapi.routing import APIRoute
 
 from callgate.serving.app import create_app
-from callgate.serving.fake_engine import FakeEngine
+from callgate.serving.engines.fake_engine import FakeEngine
 from callgate.serving.settings import Settings
 
 KEY = "sk-test-9f2c41d0e7b3a6"

@@ -130,7 +130,7 @@ def test_chart_from_combines_the_last_json_line_of_each_run(tmp_path: Path) -> N
 
 
 def test_engine_mask_log_reads_the_steps_inside_a_window(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from callgate.constraints.step_log import ENV_VAR
+    from callgate.decoding.step_log import ENV_VAR
 
     monkeypatch.setenv(ENV_VAR, "")
     path = tmp_path / "steps.log"

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from callgate.serving.engine import GenerationRequest
-from callgate.serving.fake_engine import FakeEngine
+from callgate.serving.engines.engine import GenerationRequest
+from callgate.serving.engines.fake_engine import FakeEngine
 from tests.conftest import load_benchmark
 from tests.test_server_app import MODEL, WEATHER, SchemaCheck, call_text, make_settings
 from tests.test_server_openai import Server

@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from callgate.serving.app import create_app
-from callgate.serving.fake_engine import FakeEngine
+from callgate.serving.engines.fake_engine import FakeEngine
 from callgate.serving.settings import Settings
 from tests.test_server_app import ASK, MODEL, WEATHER, SchemaCheck, call_text
 

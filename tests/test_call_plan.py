@@ -14,12 +14,12 @@ from callgate.call_plan import CallPlan
 from callgate.constraints.request import grammar_of, grammar_request
 from callgate.errors import InvalidRequestError
 from callgate.parsers import parse
-from callgate.serving.anthropic_request import parse_messages_request
 from callgate.serving.conform import conform_chat, parser_tools, stops_outside_markup
-from callgate.serving.handoff import choice_violation
-from callgate.serving.protocol_request import ChatRequest, parse_chat_request
-from callgate.serving.responses_request import parse_responses_request
+from callgate.serving.handoff.candidates import choice_violation
 from callgate.serving.settings import Limits
+from callgate.serving.surfaces.anthropic_request import parse_messages_request
+from callgate.serving.surfaces.protocol_request import ChatRequest, parse_chat_request
+from callgate.serving.surfaces.responses_request import parse_responses_request
 
 LIMITS = Limits()
 ASK = [{"role": "user", "content": "Weather in Paris?"}]

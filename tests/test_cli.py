@@ -16,8 +16,8 @@ import httpx
 import pytest
 
 from callgate.__main__ import build_parser, main, settings_from_args
+from callgate.serving.engines.vllm_engine import environment
 from callgate.serving.settings import Settings
-from callgate.serving.vllm_engine import environment
 
 
 def _settings(*argv: str) -> Settings:
@@ -144,7 +144,7 @@ def test_the_real_engine_gets_the_resolved_folder_config_and_environment(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from callgate.__main__ import build_vllm_engine
-    from callgate.serving import model_store, vllm_engine
+    from callgate.serving.engines import model_store, vllm_engine
 
     seen: dict[str, Any] = {}
     monkeypatch.setattr(model_store, "resolve_model", lambda model: seen.setdefault("model", model) and tmp_path)
@@ -194,7 +194,7 @@ def test_the_format_comes_from_the_model_folder_unless_given(tmp_path: Path) -> 
 def test_prepare_model_prints_the_prepared_folder(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from callgate.serving import model_asset
+    from callgate.serving.engines import model_asset
 
     seen: list[Any] = []
     monkeypatch.setattr(model_asset, "prepare", lambda asset, cache, wheels: seen.append((asset, cache)) or tmp_path)

@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from callgate.serving.model_asset import QWEN25_CODER_05B
-from callgate.serving.model_store import default_cache_dir, is_complete
+from callgate.serving.engines.model_asset import QWEN25_CODER_05B
+from callgate.serving.engines.model_store import default_cache_dir, is_complete
 from tests.test_e2e_serving import WEATHER, free_port, wait_until_healthy
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]

@@ -218,8 +218,8 @@ def test_bad_requests_get_400(api: Any, overrides: dict[str, Any], param: str) -
 
 
 def test_logit_bias_bans_the_greedy_token(api: Any) -> None:
-    from callgate.serving.model_store import EMBEDDED_MODEL, resolve_model
-    from callgate.serving.tokenizer import HfTokenizer
+    from callgate.serving.engines.model_store import EMBEDDED_MODEL, resolve_model
+    from callgate.serving.engines.tokenizer import HfTokenizer
 
     tokenizer = HfTokenizer(str(resolve_model(EMBEDDED_MODEL)))
     kwargs: dict[str, Any] = {"model": MODEL_NAME, "messages": ASK_WEATHER, "max_tokens": 1, "temperature": 0}
@@ -235,8 +235,8 @@ def test_completions_on_the_real_model(api: Any) -> None:
     the vocabulary is a 400."""
     import openai
 
-    from callgate.serving.model_store import EMBEDDED_MODEL, resolve_model
-    from callgate.serving.tokenizer import HfTokenizer
+    from callgate.serving.engines.model_store import EMBEDDED_MODEL, resolve_model
+    from callgate.serving.engines.tokenizer import HfTokenizer
     from callgate.templates import render
 
     messages = [{"role": "user", "content": "What is the capital of France?"}]

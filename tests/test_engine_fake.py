@@ -7,8 +7,8 @@ import asyncio
 import pytest
 
 from callgate.errors import EngineError
-from callgate.serving.engine import Engine, GenerationRequest, SamplingParams, TokenDelta
-from callgate.serving.fake_engine import FakeEngine, FakeReply, FakeTokenizer
+from callgate.serving.engines.engine import Engine, GenerationRequest, SamplingParams, TokenDelta
+from callgate.serving.engines.fake_engine import FakeEngine, FakeReply, FakeTokenizer
 
 
 def request(

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from callgate.serving import model_store
-from callgate.serving.model_store import (
+from callgate.serving.engines import model_store
+from callgate.serving.engines.model_store import (
     COMPLETE_MARKER,
     EMBEDDED_MODEL,
     ModelNotFoundError,

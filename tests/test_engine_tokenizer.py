@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from callgate.serving.tokenizer import HfTokenizer, content_spans, segments
+from callgate.serving.engines.tokenizer import HfTokenizer, content_spans, segments
 
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 CORPUS = ["hello world", "the weather in Paris", "héllo wörld ✓ naïve café", '{"name": "get_weather"}'] * 20

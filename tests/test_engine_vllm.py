@@ -12,8 +12,8 @@ import pytest
 from callgate.constraints import ConstraintRef
 from callgate.decoding.processor import row_spec
 from callgate.errors import InvalidRequestError
-from callgate.serving import vllm_engine
-from callgate.serving.engine import EngineConfig, GenerationRequest, SamplingParams, TokenDelta
+from callgate.serving.engines import vllm_engine
+from callgate.serving.engines.engine import EngineConfig, GenerationRequest, SamplingParams, TokenDelta
 from tests.harness import CountingTokenizer
 
 

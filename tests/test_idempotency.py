@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from callgate.serving.idempotency import ANONYMOUS, conversation_scope, idempotency_key
+from callgate.serving.handoff.idempotency import ANONYMOUS, conversation_scope, idempotency_key
 from tests import test_server_app
 from tests.test_server_app import ASK, WEATHER, call_text, make_settings
 

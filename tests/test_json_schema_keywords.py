@@ -30,8 +30,8 @@ from callgate.errors import SchemaTooComplexError
 from callgate.formats import get_format
 from callgate.parsers import parse
 from callgate.serving.app import create_app
-from callgate.serving.fake_engine import FakeEngine
-from callgate.serving.validation import JsonSchemaValidator
+from callgate.serving.engines.fake_engine import FakeEngine
+from callgate.serving.handoff.validation import JsonSchemaValidator
 from tests.test_agreement import known_number_range
 from tests.test_server_app import MODEL, make_settings
 from tests.test_strict_grammar import ByteSampler, accepts, byte_vocabulary

@@ -18,7 +18,7 @@ import pytest
 import referencing
 from referencing.jsonschema import DRAFT202012
 
-from callgate.serving.validation import JsonSchemaValidator, ValidationRequest
+from callgate.serving.handoff.validation import JsonSchemaValidator, ValidationRequest
 
 SUITE = Path(__file__).resolve().parent.parent / ".cache" / "json-schema-test-suite"
 CASES = SUITE / "tests" / "draft2020-12"

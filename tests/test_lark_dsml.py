@@ -149,12 +149,12 @@ class Vocab:
     152k Qwen2.5 one."""
 
     def __init__(self, name: str) -> None:
-        from callgate.serving.tokenizer import HfTokenizer
+        from callgate.serving.engines.tokenizer import HfTokenizer
 
         if name == "smol":
             from transformers import AutoTokenizer
 
-            from callgate.serving.model_store import ModelNotFoundError, embedded_gguf
+            from callgate.serving.engines.model_store import ModelNotFoundError, embedded_gguf
 
             try:
                 gguf = embedded_gguf()

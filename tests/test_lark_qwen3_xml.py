@@ -55,7 +55,7 @@ class RealVocab:
 
 @cache
 def _qwen() -> RealVocab:
-    from callgate.serving.tokenizer import HfTokenizer
+    from callgate.serving.engines.tokenizer import HfTokenizer
 
     folder = Path("/work/shared/vocab/qwen2.5")
     if not folder.is_dir():

@@ -17,7 +17,7 @@ import pytest
 
 from callgate.__main__ import build_parser, settings_from_args
 from callgate.serving.app import create_app
-from callgate.serving.fake_engine import FakeEngine
+from callgate.serving.engines.fake_engine import FakeEngine
 from callgate.serving.settings import Limits, Settings
 
 ASK = [{"role": "user", "content": "hi"}]

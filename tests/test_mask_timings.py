@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from callgate.constraints.step_log import ENV_VAR, StepLog, StepRecord, read_step_log
+from callgate.decoding.step_log import ENV_VAR, StepLog, StepRecord, read_step_log
 from tests.test_decoding_processor import WIDTH, ByteBatch, Update, lark, params
 
 

@@ -28,7 +28,7 @@ from callgate.errors import CompilerBusyError
 from callgate.formats import get_format
 from callgate.parsers import parse
 from callgate.serving.app import create_app
-from callgate.serving.fake_engine import FakeEngine
+from callgate.serving.engines.fake_engine import FakeEngine
 from callgate.serving.settings import Limits
 from callgate.templates import render
 from tests.llg_harness import accepts, byte_vocabulary

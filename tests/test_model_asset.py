@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from callgate.serving.model_asset import (
+from callgate.serving.engines.model_asset import (
     QWEN25_CODER_05B,
     ChecksumError,
     ChunkedGguf,
@@ -23,7 +23,7 @@ from callgate.serving.model_asset import (
     prepare,
     wheel_path,
 )
-from callgate.serving.model_store import ModelNotFoundError, is_complete, native_format
+from callgate.serving.engines.model_store import ModelNotFoundError, is_complete, native_format
 
 CHUNKS = [b"GGUF" + bytes(range(7)) * 3, b"second chunk \x00\xff" * 5, b"tail"]
 
@@ -186,7 +186,7 @@ def test_other_templates_select_nothing(tmp_path: Path) -> None:
 def test_the_gguf_chat_template_lands_in_tokenizer_config(tmp_path: Path) -> None:
     import gguf
 
-    from callgate.serving.model_store import embed_chat_template, gguf_chat_template
+    from callgate.serving.engines.model_store import embed_chat_template, gguf_chat_template
 
     path = tmp_path / "t.gguf"
     writer = gguf.GGUFWriter(str(path), "qwen2")

@@ -14,10 +14,9 @@ import pytest
 
 from callgate.errors import InvalidRequestError
 from callgate.formats import get_format
-from callgate.serving.engine import GenerationRequest
-from callgate.serving.fake_engine import FakeEngine, FakeReply
-from callgate.serving.quick import Conversation, QuickConfig, QuickService
-from callgate.serving.quick_heads import (
+from callgate.serving.engines.engine import GenerationRequest
+from callgate.serving.engines.fake_engine import FakeEngine, FakeReply
+from callgate.serving.quick.heads import (
     DEFAULT_LABELS,
     first_line,
     head_choice,
@@ -27,6 +26,7 @@ from callgate.serving.quick_heads import (
     head_regex,
     urls_in,
 )
+from callgate.serving.quick.service import Conversation, QuickConfig, QuickService
 from tests.test_quick_heads import CHAT, QUICK_FORMATS, TASKS, main_prompt
 
 # ---- running on a scripted engine -------------------------------------------------------------
@@ -248,7 +248,7 @@ def test_beside_refuses_an_unknown_task_before_starting_anything() -> None:
 
 
 def _sampling() -> Any:
-    from callgate.serving.engine import SamplingParams
+    from callgate.serving.engines.engine import SamplingParams
 
     return SamplingParams(max_tokens=4, temperature=0.0)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from callgate.__main__ import build_parser, settings_from_args
-from callgate.serving import vllm_engine
+from callgate.serving.engines import vllm_engine
 from callgate.serving.settings import Settings
 
 

@@ -119,11 +119,11 @@ def _run(head: Any) -> dict[str, Any]:
 
 
 async def _check() -> dict[str, Any]:
-    from callgate.serving.engine import EngineConfig, GenerationRequest, SamplingParams
-    from callgate.serving.model_store import resolve_model
+    from callgate.serving.engines.engine import EngineConfig, GenerationRequest, SamplingParams
+    from callgate.serving.engines.model_store import resolve_model
+    from callgate.serving.engines.vllm_engine import VllmEngine
     from callgate.serving.prompt import untrusted_spans
-    from callgate.serving.quick import Conversation, QuickConfig, QuickService
-    from callgate.serving.vllm_engine import VllmEngine
+    from callgate.serving.quick.service import Conversation, QuickConfig, QuickService
     from callgate.templates import render
 
     folder = resolve_model("embedded:smollm2-135m-instruct")
@@ -173,10 +173,10 @@ async def _together(engine: Any, quick: Any, reset: Any) -> dict[str, Any]:
     """The four user-turn choice and text heads on a conversation nothing has computed, then a
     one-token main generation: one request computes the shared prefix, every other reads it
     from the cache (vLLM caches a block when it schedules it, even within one step)."""
-    from callgate.serving.engine import GenerationRequest, SamplingParams
+    from callgate.serving.engines.engine import GenerationRequest, SamplingParams
     from callgate.serving.prompt import untrusted_spans
-    from callgate.serving.quick import Conversation
-    from callgate.serving.quick_heads import head_prompt
+    from callgate.serving.quick.heads import head_prompt
+    from callgate.serving.quick.service import Conversation
     from callgate.templates import render
 
     msgs = conversation("together")
@@ -203,9 +203,9 @@ async def _together(engine: Any, quick: Any, reset: Any) -> dict[str, Any]:
 async def _title_after_newline(engine: Any, reset: Any) -> dict[str, Any]:
     """The title head in llama3-json on QA's conversation (its greedy answer starts with a
     newline), and the same prompt decoded greedily without a stop for as many tokens."""
-    from callgate.serving.engine import GenerationRequest, SamplingParams
-    from callgate.serving.quick import Conversation, QuickService
-    from callgate.serving.quick_heads import head_prompt
+    from callgate.serving.engines.engine import GenerationRequest, SamplingParams
+    from callgate.serving.quick.heads import head_prompt
+    from callgate.serving.quick.service import Conversation, QuickService
 
     fmt, msgs = "llama3-json", [{"role": "user", "content": "Tell me about Paris"}]
     await reset()

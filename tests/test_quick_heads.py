@@ -18,9 +18,9 @@ from callgate.constraints import vocabulary
 from callgate.constraints.llg import matcher
 from callgate.errors import InvalidRequestError
 from callgate.formats import FORMATS, get_format
-from callgate.serving.fake_engine import FakeTokenizer
+from callgate.serving.engines.fake_engine import FakeTokenizer
 from callgate.serving.prompt import untrusted_spans
-from callgate.serving.quick_heads import (
+from callgate.serving.quick.heads import (
     DEFAULT_LABELS,
     HEADS,
     check_tasks,

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from callgate.serving.app import create_app
-from callgate.serving.fake_engine import FakeEngine
+from callgate.serving.engines.fake_engine import FakeEngine
 from callgate.serving.settings import Settings
 from tests.test_quick import CHAT, DECIDED_TOKENS, EXPECTED, scripted, titling
 

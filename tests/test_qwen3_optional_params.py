@@ -24,8 +24,8 @@ from jsonschema import Draft202012Validator
 
 from callgate.parsers.qwen3_xml_values import declared_types
 from callgate.serving.app import create_app
-from callgate.serving.fake_engine import FakeEngine
-from callgate.serving.validation import JsonSchemaValidator
+from callgate.serving.engines.fake_engine import FakeEngine
+from callgate.serving.handoff.validation import JsonSchemaValidator
 from tests.test_schema_agreement import call_text, compiled, parsed, tools
 from tests.test_server_app import MODEL, make_settings
 from tests.test_strict_grammar import ByteSampler, accepts

@@ -12,8 +12,8 @@ import pytest
 from callgate.errors import CompilerBusyError
 from callgate.parsers import parse
 from callgate.serving import recovery
-from callgate.serving.protocol import parse_chat_request
 from callgate.serving.settings import Limits, Settings
+from callgate.serving.surfaces.protocol import parse_chat_request
 from tests.test_server_app import ASK, WEATHER
 
 CALL = json.dumps({"name": "get_weather", "arguments": {"city": "Oslo"}})

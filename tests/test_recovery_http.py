@@ -18,8 +18,8 @@ import openai
 import pytest
 
 from callgate.formats import FORMATS, get_format
-from callgate.serving.audit import read_records
-from callgate.serving.fake_engine import FakeEngine, FakeReply
+from callgate.serving.engines.fake_engine import FakeEngine, FakeReply
+from callgate.serving.handoff.audit import read_records
 from tests.harness import assistant_completion
 from tests.test_server_app import ASK, MODEL, WEATHER, SchemaCheck, make_settings
 from tests.test_server_openai import Server

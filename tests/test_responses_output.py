@@ -10,7 +10,7 @@ import pytest
 from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import TypeAdapter
 
-from callgate.serving.responses_output import ResponseRender, render_response
+from callgate.serving.surfaces.responses_output import ResponseRender, render_response
 from callgate.serving.turn_events import (
     AcceptedCall,
     CallsAccepted,

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from callgate.errors import InvalidRequestError
-from callgate.serving.responses_request import ResponsesRequest, parse_responses_request
-from callgate.serving.responses_store import ResponseStore
 from callgate.serving.settings import Limits
+from callgate.serving.surfaces.responses_request import ResponsesRequest, parse_responses_request
+from callgate.serving.surfaces.responses_store import ResponseStore
 
 LIMITS = Limits()
 WEATHER = {

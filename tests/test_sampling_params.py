@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 import torch
 
-from callgate.serving import vllm_engine
-from callgate.serving.engine import EngineConfig, GenerationRequest, SamplingParams
+from callgate.serving.engines import vllm_engine
+from callgate.serving.engines.engine import EngineConfig, GenerationRequest, SamplingParams
 from tests import test_server_app
 from tests.harness import CountingTokenizer
 from tests.test_server_app import ASK, MODEL

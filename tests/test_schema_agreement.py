@@ -38,8 +38,8 @@ from callgate.parsers import parse
 from callgate.parsers.json_scan import JsonScanner
 from callgate.parsers.qwen3_xml_values import declared_types, decode
 from callgate.serving.app import create_app
-from callgate.serving.fake_engine import FakeEngine
-from callgate.serving.validation import JsonSchemaValidator
+from callgate.serving.engines.fake_engine import FakeEngine
+from callgate.serving.handoff.validation import JsonSchemaValidator
 from tests.harness import assistant_completion, openai_tool_calls
 from tests.test_agreement import known_number_range
 from tests.test_server_app import MODEL, make_settings

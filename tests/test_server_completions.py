@@ -15,8 +15,8 @@ import openai
 import pytest
 
 from callgate.errors import EngineError
-from callgate.serving.engine import GenerationRequest
-from callgate.serving.fake_engine import FakeReply, FakeTokenizer
+from callgate.serving.engines.engine import GenerationRequest
+from callgate.serving.engines.fake_engine import FakeReply, FakeTokenizer
 from callgate.serving.settings import Limits
 from tests import test_server_openai
 from tests.test_server_app import MODEL

@@ -15,7 +15,7 @@ import pytest
 from callgate.formats import get_format
 from callgate.serving.app import create_app
 from callgate.serving.conform import call_id_factory, conform_call_ids
-from callgate.serving.fake_engine import FakeEngine
+from callgate.serving.engines.fake_engine import FakeEngine
 from tests.harness import streamed_text
 from tests.test_server_app import ASK, MODEL, WEATHER, Harness, SchemaCheck, make_settings
 

@@ -14,8 +14,8 @@ import httpx
 import pytest
 
 from callgate.formats import get_format
-from callgate.serving.engine import GenerationRequest
-from callgate.serving.fake_engine import FakeReply
+from callgate.serving.engines.engine import GenerationRequest
+from callgate.serving.engines.fake_engine import FakeReply
 from tests.harness import assistant_completion
 from tests.test_server_app import MODEL, WEATHER, call_text
 from tests.test_server_openai import Server, serve

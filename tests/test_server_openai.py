@@ -17,8 +17,8 @@ import pytest
 import uvicorn
 
 from callgate.serving.app import create_app
-from callgate.serving.engine import GenerationRequest
-from callgate.serving.fake_engine import FakeEngine, FakeReply
+from callgate.serving.engines.engine import GenerationRequest
+from callgate.serving.engines.fake_engine import FakeEngine, FakeReply
 from callgate.serving.settings import Limits, Settings
 from tests.test_server_app import ASK, MODEL, WEATHER, SchemaCheck, call_text, make_settings
 

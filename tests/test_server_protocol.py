@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from callgate.errors import InvalidRequestError, PayloadTooLargeError
-from callgate.serving.protocol import ChatRequest, chunk_dict, parse_chat_request
 from callgate.serving.settings import Limits
+from callgate.serving.surfaces.protocol import ChatRequest, chunk_dict, parse_chat_request
 
 WEATHER = {
     "type": "function",

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from callgate.serving.protocol_response import RAW_TEXT_MAX_CHARS, raw_output_dict
+from callgate.serving.surfaces.protocol_response import RAW_TEXT_MAX_CHARS, raw_output_dict
 from callgate.types import ParseResult
 from tests import test_server_app
 from tests.test_server_app import ASK, MODEL, WEATHER, call_text, make_settings

@@ -15,7 +15,7 @@ import pydantic
 import pytest
 
 from callgate.formats import get_format
-from callgate.serving.fake_engine import FakeReply
+from callgate.serving.engines.fake_engine import FakeReply
 from tests import test_server_openai
 from tests.harness import assistant_completion
 from tests.test_server_app import MODEL, WEATHER, call_text

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from callgate.errors import TemplateError
 from callgate.serving.app import create_app
-from callgate.serving.fake_engine import FakeEngine, FakeTokenizer
+from callgate.serving.engines.fake_engine import FakeEngine, FakeTokenizer
 from callgate.serving.prompt import untrusted_spans
 from callgate.templates import render
 from tests.test_server_app import ASK, WEATHER, SchemaCheck, make_settings

@@ -30,8 +30,8 @@ from callgate.constraints.request import grammar_request
 from callgate.formats import get_format
 from callgate.parsers import parse
 from callgate.serving.app import create_app
-from callgate.serving.fake_engine import FakeEngine
-from callgate.serving.validation import JsonSchemaValidator
+from callgate.serving.engines.fake_engine import FakeEngine
+from callgate.serving.handoff.validation import JsonSchemaValidator
 from tests import llg_harness
 from tests.harness import assistant_completion, openai_tool_calls
 from tests.llg_harness import byte_vocabulary

@@ -19,8 +19,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from callgate.serving.engines.tokenizer import HfTokenizer
 from callgate.serving.token_bound import MAX_DECOMPOSITION, TextBound, text_bound
-from callgate.serving.tokenizer import HfTokenizer
 
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 HANGUL = "각낙닥락막박삭악"  # composed syllables; NFD splits each into three jamo
@@ -75,7 +75,7 @@ def train(folder: Path, kind: str) -> HfTokenizer:
 
 
 def _alphabet_bytes(alphabet: list[str]) -> list[int]:
-    from callgate.serving.tokenizer import _unicode_to_byte
+    from callgate.serving.engines.tokenizer import _unicode_to_byte
 
     table = _unicode_to_byte()
     return [table[c] for c in alphabet]

@@ -17,9 +17,9 @@ import jsonschema
 
 from callgate.decoding import closing_marks
 from callgate.serving.app import create_app
-from callgate.serving.engine import GenerationRequest
-from callgate.serving.fake_engine import FakeEngine
-from callgate.serving.validation import ENVELOPE_SCHEMA, Envelope, Verdict, envelope_dict
+from callgate.serving.engines.engine import GenerationRequest
+from callgate.serving.engines.fake_engine import FakeEngine
+from callgate.serving.handoff.validation import ENVELOPE_SCHEMA, Envelope, Verdict, envelope_dict
 from tests.test_server_app import ASK, WEATHER, call_text, make_settings
 
 CUT = call_text("get_weather", {"city": "Os"})

@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 
 from callgate.serving.chat import ChatFailure, ChatService
-from callgate.serving.engine import GenerationRequest, SamplingParams
-from callgate.serving.fake_engine import FakeEngine
+from callgate.serving.engines.engine import GenerationRequest, SamplingParams
+from callgate.serving.engines.fake_engine import FakeEngine
 from callgate.serving.metrics import Metrics
-from callgate.serving.protocol import parse_chat_request
 from callgate.serving.settings import Limits
+from callgate.serving.surfaces.protocol import parse_chat_request
 from callgate.serving.turn_events import (
     CallsAccepted,
     ContentDelta,

@@ -1,4 +1,4 @@
-"""callgate.serving.validation: the built-in strict JSON-Schema validator, strict tools, the
+"""callgate.serving.handoff.validation: the built-in strict JSON-Schema validator, strict tools, the
 published envelope and verdict schemas, reading verdicts, and HttpValidator's retry and
 fail-closed rules (over httpx's MockTransport; the real-process tests are in
 test_validation_downstream.py)."""
@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
 from callgate.errors import ValidatorUnavailableError
-from callgate.serving.idempotency import conversation_scope
-from callgate.serving.validation import (
+from callgate.serving.handoff.idempotency import conversation_scope
+from callgate.serving.handoff.validation import (
     ENVELOPE_SCHEMA,
     VERDICT_SCHEMA,
     HttpValidator,
@@ -33,7 +33,7 @@ from callgate.serving.validation import (
     strict_schema,
     verdict_dict,
 )
-from callgate.serving.validation_http import redact_url
+from callgate.serving.handoff.validation_http import redact_url
 
 SCHEMAS = Path(__file__).resolve().parent.parent / "schemas"
 SCOPE = conversation_scope([{"role": "user", "content": "Weather in Oslo?"}])

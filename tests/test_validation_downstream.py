@@ -18,11 +18,11 @@ import pytest
 from jsonschema import Draft202012Validator
 
 from callgate.serving.app import create_app
-from callgate.serving.audit import AuditLog, read_records
-from callgate.serving.fake_engine import FakeEngine
-from callgate.serving.idempotency import conversation_scope
+from callgate.serving.engines.fake_engine import FakeEngine
+from callgate.serving.handoff.audit import AuditLog, read_records
+from callgate.serving.handoff.idempotency import conversation_scope
+from callgate.serving.handoff.validation import ENVELOPE_SCHEMA, idempotency_key
 from callgate.serving.settings import Settings
-from callgate.serving.validation import ENVELOPE_SCHEMA, idempotency_key
 from tests.validator_app import received, running_validator
 
 MODEL = "fake-model"

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from callgate.serving.audit import read_records
+from callgate.serving.handoff.audit import read_records
 from tests.test_e2e_serving import ASK_WEATHER, WEATHER, free_port, wait_until_healthy
 from tests.validator_app import received, running_validator
 

@@ -24,17 +24,17 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from callgate.errors import AuthenticationError, CallgateError, ShuttingDownError
-from callgate.serving import anthropic_errors, sse
-from callgate.serving.anthropic_routes import build_messages_router, is_anthropic_path
 from callgate.serving.chat import ChatFailure, ChatService
-from callgate.serving.engine import Engine
+from callgate.serving.engines.engine import Engine
+from callgate.serving.handoff.validation import JsonSchemaValidator, Validator
+from callgate.serving.handoff.validation_http import HttpValidator
 from callgate.serving.metrics import Metrics
-from callgate.serving.responses_routes import build_responses_router
-from callgate.serving.responses_store import ResponseStore
-from callgate.serving.routes import build_router
 from callgate.serving.settings import Settings
-from callgate.serving.validation import JsonSchemaValidator, Validator
-from callgate.serving.validation_http import HttpValidator
+from callgate.serving.surfaces import anthropic_errors, sse
+from callgate.serving.surfaces.anthropic_routes import build_messages_router, is_anthropic_path
+from callgate.serving.surfaces.responses_routes import build_responses_router
+from callgate.serving.surfaces.responses_store import ResponseStore
+from callgate.serving.surfaces.routes import build_router
 
 log = logging.getLogger("callgate.serving")
 

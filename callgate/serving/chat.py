@@ -1,9 +1,9 @@
 """The chat service: one validated chat request -> one turn's typed events (turn_events.py),
 which each wire surface renders (chat_completions.py renders OpenAI's chat completions).
 
-Knows: the order of work — admission, prompt (prompt.py), constraint (constraints),
-generation (Engine), parsing (parsers), the validator handoff and bounded repair rounds
-(handoff.py), the answer — and which failures become which errors.
+Knows: the order of work — admission, prompt (prompt.py), constraint (grammars.py),
+generation and parsing (generation.py), the validator handoff and bounded repair rounds
+(handoff/candidates.py), the answer — and which failures become which errors.
 Does not know: the web framework, pydantic, vllm, or any format's syntax.
 
 Policy:
@@ -26,49 +26,40 @@ Policy:
   one recovery round under that tool's named grammar (recovery.py), a round of the repair
   budget; streaming has already sent the first round's text.
 * Leaving early (client gone, task cancelled) closes the engine stream and aborts the
-  request, shielded from cancellation, so its batch slot is always freed.
+  request, shielded from cancellation, so its batch slot is always freed (generation.py).
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import importlib
-import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any
 
 import anyio
 
-from callgate import parsers
-from callgate.call_plan import CallPlan
-from callgate.decoding import closing_marks
 from callgate.formats import get_format
-from callgate.serving import chat_completions, recovery
+from callgate.serving import recovery
 from callgate.serving.admission import Admission
-from callgate.serving.audit import AuditLog
-from callgate.serving.conform import (
-    call_id_factory,
-    conform_chat,
-    parser_tools,
-    stops_outside_markup,
-)
-from callgate.serving.engine import ConstraintRef, Engine, GenerationRequest, SamplingParams
-from callgate.serving.handoff import (
+from callgate.serving.conform import conform_chat
+from callgate.serving.engines.engine import Engine
+from callgate.serving.engines.tokenizer import writes_reasoning
+from callgate.serving.generation import generate_round
+from callgate.serving.grammars import Grammars
+from callgate.serving.handoff.audit import AuditLog
+from callgate.serving.handoff.candidates import (
     ADVISORY_CODES,
     Validator,
     final_arguments,
 )
 from callgate.serving.metrics import Metrics
 from callgate.serving.prompt import Prompt, build_prompt
-from callgate.serving.protocol import ChatRequest, tool_call_dict
-from callgate.serving.protocol_request import check_logit_bias
-from callgate.serving.quick import Conversation, QuickConfig, QuickService
+from callgate.serving.quick.service import Conversation, QuickConfig, QuickService
 from callgate.serving.round_review import RoundReview
 from callgate.serving.settings import Settings
-from callgate.serving.stop_filter import StopFilter
-from callgate.serving.tokenizer import special_tokens, writes_reasoning
+from callgate.serving.surfaces import chat_completions
+from callgate.serving.surfaces.protocol import ChatRequest, tool_call_dict
+from callgate.serving.surfaces.protocol_request import check_logit_bias
 from callgate.serving.turn import ChatFailure, Round, Turn
 from callgate.serving.turn_events import (
     AcceptedCall,
@@ -79,15 +70,9 @@ from callgate.serving.turn_events import (
     RoundStart,
     TurnDone,
     TurnEvent,
-    TurnUsage,
 )
 from callgate.types import DiagnosticEvent, Event, TextDelta, arguments_json
 from callgate.types import ReasoningDelta as ParsedReasoning
-
-log = logging.getLogger("callgate.chat")
-# under `none` no tool enters the grammar or its key
-_WARM_PLAN = CallPlan.of([{"type": "function", "function": {"name": "warm_up"}}], "none", None, None)
-_WARM_TIMEOUT_S = 600.0
 
 __all__ = ["Admission", "ChatFailure", "ChatService", "Turn"]
 
@@ -105,8 +90,7 @@ class ChatService:
             None if settings.audit_log is None else AuditLog(settings.audit_log, max_bytes=settings.audit_log_max_bytes)
         )
         self.review = RoundReview(settings.format, settings.model_name, validator, metrics, self.audit)
-        self._vocabulary: dict[bytes, list[int]] | None = None
-        self._specials: dict[int, str] = {}
+        self.grammars = Grammars(settings, engine)
         opening = get_format(settings.format).reasoning_open
         # a format without a reasoning block has nothing to keep out (its grammar key unchanged)
         known = settings.reasoning if settings.reasoning is not None else writes_reasoning(engine.tokenizer, opening)
@@ -124,7 +108,7 @@ class ChatService:
         self.admission.acquire()
         started_s = time.monotonic()
         try:
-            constraint = await self._constraint(req)
+            constraint = await self.grammars.constraint(req)
             turn = Turn(
                 req,
                 constraint,
@@ -168,7 +152,8 @@ class ChatService:
                 rnd = Round(len(turn.rounds))
                 turn.rounds.append(rnd)
                 yield RoundStart(rnd.index)
-                async with contextlib.aclosing(self._generate(turn, rnd)) as batches:
+                generation = generate_round(self.engine, self.settings.format, self.metrics, turn, rnd, self._prompt)
+                async with contextlib.aclosing(generation) as batches:
                     async for batch in batches:
                         for ev in _text_events(batch, rnd.index):
                             yield ev
@@ -191,92 +176,6 @@ class ChatService:
         finally:
             turn.close()
 
-    async def _generate(self, turn: Turn, rnd: Round) -> AsyncGenerator[list[Event], None]:
-        """Parse events of one generation, delta by delta; fills `rnd.result`."""
-        prompt = await self._prompt(turn)
-        req = turn.req
-        fmt = self.settings.format
-        parser = parsers.stream_parser(
-            fmt,
-            parser_tools(req),
-            thinking=req.thinking,
-            call_ids=call_id_factory(fmt),
-            json_answer=req.plan.json_answer,
-        )
-        request_id = f"{turn.completion_id}-{rnd.index}"
-        # Where calls or reasoning may be written, stop strings end only the text (stop_filter.py).
-        stops = StopFilter(req.stop) if stops_outside_markup(fmt, req) else None
-        engine_stop = () if stops is not None else req.stop
-        sampling = SamplingParams(
-            prompt.max_tokens,
-            req.temperature,
-            req.top_p,
-            req.seed,
-            engine_stop,
-            presence_penalty=req.presence_penalty,
-            frequency_penalty=req.frequency_penalty,
-            repetition_penalty=req.repetition_penalty,
-            top_k=req.top_k,
-            min_p=req.min_p,
-            logit_bias=req.logit_bias,
-        )
-        recovering = turn.recovery_in(rnd.index)
-        constraint = turn.constraint if recovering is None else recovering.constraint
-        stream = self.engine.generate(
-            GenerationRequest(request_id, prompt.text, sampling, constraint, prompt.spans, prompt.ids)
-        )
-        finished = False
-        last_s = turn.started_s
-        base = turn.usage
-        try:
-            async for delta in stream:
-                now_s = time.monotonic()
-                if rnd.index == 0 and last_s == turn.started_s:
-                    self.metrics.first_token(now_s - last_s)
-                else:
-                    self.metrics.inter_token(now_s - last_s)
-                last_s = now_s
-                turn.usage = TurnUsage(
-                    base.prompt_tokens + delta.prompt_tokens,
-                    base.completion_tokens + delta.completion_tokens,
-                    base.cached_tokens + delta.cached_tokens,
-                )
-                if turn.quick is not None:
-                    turn.quick.launch()  # the whole conversation is in the prefix cache from here on
-                if delta.finish_reason is not None:
-                    rnd.finish_reason = delta.finish_reason
-                    rnd.stop_string = delta.stop_string
-                    finished = True
-                rnd.output.append(delta.text)
-                events = parser.feed(delta.text)
-                if stops is not None:
-                    events = stops.feed(events)
-                if events:
-                    yield events
-                if stops is not None and stops.stopped:
-                    break
-            if constraint is not None and turn.usage.completion_tokens - base.completion_tokens >= prompt.max_tokens:
-                # the output used all of max_tokens: the engine says "stop" for an EOS there
-                rnd.finish_reason = "length"
-            if closing_marks.take(getattr(self.engine, "closing_dir", None), request_id):
-                rnd.truncated = True  # budget closing cut the output short (decoding/processor.py)
-                rnd.finish_reason = "length"
-            tail = _finish_parse(parser, stops, rnd)
-            if rnd.truncated:
-                _mark_last_truncated(rnd)
-            if tail:
-                yield tail
-        finally:
-            self.metrics.tokens(
-                turn.usage.prompt_tokens - base.prompt_tokens, turn.usage.completion_tokens - base.completion_tokens
-            )
-            if rnd.result is None:
-                rnd.result = parser.result()
-            with anyio.CancelScope(shield=True):
-                await _close(stream)
-                if not finished:
-                    await self.engine.abort(request_id)
-
     async def _prompt(self, turn: Turn) -> Prompt:
         """The prompt of the turn's current messages (built once per round)."""
         if turn.prompt is None or turn.prompt.messages != len(turn.messages):
@@ -291,57 +190,10 @@ class ChatService:
             )
         return turn.prompt
 
-    async def _grammar_builder(self) -> Any:
-        """callgate.constraints' `build_plan_async`, the vocabulary loaded; None when the server
-        runs unconstrained (switched off, or callgate.constraints absent: it is optional at
-        this seam)."""
-        if not self.settings.constrained:
-            return None
-        build_async = getattr(importlib.import_module("callgate.constraints"), "build_plan_async", None)
-        if build_async is not None and self._vocabulary is None:
-            self._vocabulary = await anyio.to_thread.run_sync(self.engine.tokenizer.vocabulary)
-            self._specials = special_tokens(self.engine.tokenizer)
-        return build_async
-
-    async def _constraint(self, req: ChatRequest) -> ConstraintRef | None:
-        build_async = await self._grammar_builder()
-        if build_async is None:
-            return None
-        constraint = await build_async(
-            self.settings.format,
-            req.plan,
-            self._vocabulary,
-            eos_token_id=self.engine.tokenizer.eos_token_id,
-            specials=self._specials,
-            actor=req.actor,
-            timeout_s=self.settings.limits.grammar_timeout_s,
-        )
-        ref: ConstraintRef | None = None if constraint is None else constraint.ref()
-        return ref
-
     async def warm_grammars(self) -> None:
-        """Compile the format's grammar that holds no schema (tool_choice `none`, as a
-        request with default settings asks for it) into the cache, so that the first such
-        request does not wait for it (mistral's took seconds before GRAMMAR_VERSION 9). Run
-        in the background at start; a failure is logged, never raised."""
-        try:
-            build_async = await self._grammar_builder()
-            if build_async is None:
-                return
-            start = time.monotonic()
-            # the plan a `none` request with default settings gets (its thinking as conform_chat sets it)
-            plan = dataclasses.replace(_WARM_PLAN, thinking=None if self.reasons else False)
-            await build_async(
-                self.settings.format,
-                plan,
-                self._vocabulary,
-                eos_token_id=self.engine.tokenizer.eos_token_id,
-                specials=self._specials,
-                timeout_s=_WARM_TIMEOUT_S,
-            )
-            log.info("warmed the %s tool_choice=none grammar in %.2f s", self.settings.format, time.monotonic() - start)
-        except Exception:  # a warm-up is an optimisation: each request compiles what it needs
-            log.warning("could not warm the %s grammar", self.settings.format, exc_info=True)
+        """Compile the format's schema-free grammar ahead of the first request (grammars.py);
+        run in the background at start, a failure logged, never raised."""
+        await self.grammars.warm(self.reasons)
 
     async def _recover(self, turn: Turn, rnd: Round) -> bool:
         """Whether the next round is a recovery round asking again for the call that `rnd`'s
@@ -354,7 +206,7 @@ class ChatService:
             return False
         rnd.result = recovery.with_diagnostic(rnd.result, found)
         self.metrics.diagnostic(found.diagnostic.code)
-        rec = await recovery.plan(self.settings, turn.req, found, rnd.index, turn.max_repairs, self._constraint)
+        rec = await recovery.plan(self.settings, turn.req, found, rnd.index, turn.max_repairs, self.grammars.constraint)
         turn.recoveries.append(rec)
         self.metrics.recovery(rec.outcome)
         record = recovery.audit_record(
@@ -402,26 +254,6 @@ class ChatService:
         )
 
 
-async def _close(stream: AsyncIterator[Any]) -> None:
-    if isinstance(stream, AsyncGenerator):
-        await stream.aclose()
-
-
-def _finish_parse(parser: parsers.StreamParser, stops: StopFilter | None, rnd: Round) -> list[Event]:
-    """The last events of a generation; fills `rnd.result`. Output ended by a stop string
-    is the output up to it: the parser is not finished (the rest was never generated)."""
-    if stops is None:
-        tail = parser.finish()
-        rnd.result = parser.result()
-        return tail
-    tail = stops.finish([] if stops.stopped else parser.finish())
-    if stops.stopped:
-        rnd.finish_reason = "stop"
-        rnd.stop_string = stops.matched
-    rnd.result = stops.result() if stops.stopped else parser.result()
-    return tail
-
-
 def _text_events(batch: list[Event], round_index: int) -> list[TurnEvent]:
     out: list[TurnEvent] = []
     for ev in batch:
@@ -437,11 +269,3 @@ def _finish(reason: str, calls: bool) -> FinishReason:
     if reason == "length":
         return "length"
     return "tool_calls" if calls else "stop"
-
-
-def _mark_last_truncated(rnd: Round) -> None:
-    """Budget closing cut the output short: the last call is the one it closed."""
-    result = rnd.result
-    if result is not None and result.candidates:
-        *kept, last = result.candidates
-        rnd.result = dataclasses.replace(result, candidates=(*kept, dataclasses.replace(last, truncated=True)))

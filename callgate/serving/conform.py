@@ -31,7 +31,7 @@ from typing import Any
 from callgate.errors import InvalidRequestError
 from callgate.formats import get_format
 from callgate.parsers.base import CallIdFactory, random_call_id
-from callgate.serving.protocol import ChatRequest, QuickRequest, ThinkingSwitch
+from callgate.serving.surfaces.protocol import ChatRequest, QuickRequest, ThinkingSwitch
 from callgate.templates.chatml import QWEN3  # its renderer reads reasoning_effort "none" as thinking off
 
 SHORT_ID_ALPHABET = string.ascii_letters + string.digits

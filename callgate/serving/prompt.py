@@ -16,8 +16,8 @@ from typing import Any
 
 from callgate import templates
 from callgate.errors import InvalidRequestError, TemplateError
-from callgate.serving.engine import Tokenizer
-from callgate.serving.protocol import ChatRequest
+from callgate.serving.engines.engine import Tokenizer
+from callgate.serving.surfaces.protocol import ChatRequest
 
 Spans = tuple[tuple[int, int], ...]
 

@@ -32,11 +32,11 @@ from typing import Any, Literal
 
 from callgate.errors import CallgateError
 from callgate.parsers.outside_markup import OutsideCall, find_call_outside_markup
-from callgate.serving import audit
 from callgate.serving.conform import parser_tools
-from callgate.serving.engine import ConstraintRef
-from callgate.serving.protocol import ChatRequest, diagnostic_dict
+from callgate.serving.engines.engine import ConstraintRef
+from callgate.serving.handoff import audit
 from callgate.serving.settings import Settings
+from callgate.serving.surfaces.protocol import ChatRequest, diagnostic_dict
 from callgate.types import ParseResult
 
 log = logging.getLogger("callgate.chat")

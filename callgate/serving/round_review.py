@@ -4,7 +4,7 @@ what does the validator say of each candidate (every verdict audited, fsynced, b
 anything carries it), and may the model try again (the repair messages) or is the turn
 rejected (422).
 
-Knows: the validator handoff (handoff.py), the audit log, the metrics of diagnostics and
+Knows: the validator handoff (handoff/candidates.py), the audit log, the metrics of diagnostics and
 verdicts. Does not know: engines, parsers' syntax, or any wire shape.
 """
 
@@ -18,10 +18,10 @@ from typing import Any
 import anyio
 
 from callgate.errors import CallgateError, ModelOutputError, ToolCallRejectedError, ValidatorUnavailableError
-from callgate.serving import audit
-from callgate.serving.audit import AuditLog
 from callgate.serving.conform import conform_call_ids
-from callgate.serving.handoff import (
+from callgate.serving.handoff import audit
+from callgate.serving.handoff.audit import AuditLog
+from callgate.serving.handoff.candidates import (
     ADVISORY_CODES,
     Validator,
     choice_violation,
@@ -30,9 +30,9 @@ from callgate.serving.handoff import (
     validate_all,
     verdict_dict,
 )
-from callgate.serving.idempotency import idempotency_key
+from callgate.serving.handoff.idempotency import idempotency_key
 from callgate.serving.metrics import Metrics
-from callgate.serving.protocol import ChatRequest, diagnostic_dict
+from callgate.serving.surfaces.protocol import ChatRequest, diagnostic_dict
 from callgate.serving.turn import ChatFailure, Round, Turn
 from callgate.types import Diagnostic
 

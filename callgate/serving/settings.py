@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from callgate.serving.engine import EngineConfig
+from callgate.serving.engines.engine import EngineConfig
 
 EMBEDDED_MODEL_NAME = "smollm2-135m-instruct"
 DEFAULT_FORMAT = "hermes"
@@ -66,7 +66,7 @@ class Settings:
     port: int = 8000
     api_key: str | None = field(default=None, repr=False)
     # Take the actor of the idempotency key from the x-callgate-actor header (set by a gateway
-    # that authenticates clients) over the request's own field (callgate.serving.idempotency).
+    # that authenticates clients) over the request's own field (callgate.serving.handoff.idempotency).
     trust_actor_header: bool = False
     max_num_seqs: int = 8
     max_model_len: int = 2048

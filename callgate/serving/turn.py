@@ -16,13 +16,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from callgate.errors import CallgateError
-from callgate.serving.engine import ConstraintRef
-from callgate.serving.handoff import Verdict, verdict_dict
-from callgate.serving.idempotency import ANONYMOUS, conversation_scope
+from callgate.serving.engines.engine import ConstraintRef
+from callgate.serving.handoff.candidates import Verdict, verdict_dict
+from callgate.serving.handoff.idempotency import ANONYMOUS, conversation_scope
 from callgate.serving.prompt import Prompt
-from callgate.serving.protocol import ChatRequest, candidate_dict, diagnostic_dict, raw_output_dict
-from callgate.serving.quick import QuickBeside
+from callgate.serving.quick.service import QuickBeside
 from callgate.serving.recovery import Recovery
+from callgate.serving.surfaces.protocol import ChatRequest, candidate_dict, diagnostic_dict, raw_output_dict
 from callgate.serving.turn_events import TurnUsage
 from callgate.types import ParseResult
 
@@ -95,7 +95,7 @@ class Turn:
 
     @functools.cached_property
     def scope(self) -> str:
-        """What the turn's calls answer (callgate.serving.idempotency): the request's messages,
+        """What the turn's calls answer (callgate.serving.handoff.idempotency): the request's messages,
         the same in every repair round, so a repaired call is still the same action."""
         return conversation_scope(self.req.messages)
 

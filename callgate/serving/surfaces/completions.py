@@ -26,13 +26,13 @@ from typing import Any, Protocol
 import anyio
 
 from callgate.errors import CallgateError, EngineError, InvalidRequestError
-from callgate.serving import sse
-from callgate.serving.engine import Engine, GenerationRequest, SamplingParams, TokenDelta, Tokenizer
+from callgate.serving.engines.engine import Engine, GenerationRequest, SamplingParams, TokenDelta, Tokenizer
 from callgate.serving.metrics import Metrics
-from callgate.serving.protocol_completions import CompletionRequest, text_completion_dict
-from callgate.serving.protocol_request import check_token_ids
-from callgate.serving.protocol_response import usage_dict
 from callgate.serving.settings import Settings
+from callgate.serving.surfaces import sse
+from callgate.serving.surfaces.protocol_completions import CompletionRequest, text_completion_dict
+from callgate.serving.surfaces.protocol_request import check_token_ids
+from callgate.serving.surfaces.protocol_response import usage_dict
 
 log = logging.getLogger("callgate.completions")
 

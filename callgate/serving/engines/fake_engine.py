@@ -23,7 +23,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, S
 from dataclasses import dataclass, field
 
 from callgate.errors import EngineError
-from callgate.serving.engine import GenerationRequest, SamplingParams, TokenDelta
+from callgate.serving.engines.engine import GenerationRequest, SamplingParams, TokenDelta
 
 PREFIX_BLOCK_TOKENS = 16  # cached prefixes are whole blocks, as in vLLM
 

@@ -25,15 +25,15 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.background import BackgroundTask
 
 from callgate.errors import CallgateError, InvalidRequestError, NotFoundError
-from callgate.serving import sse
 from callgate.serving.chat import ChatService
-from callgate.serving.protocol_wire import openapi_body
-from callgate.serving.responses_input import Item, new_id
-from callgate.serving.responses_output import Event, ResponseRender, render_response
-from callgate.serving.responses_request import ResponsesRequest, parse_responses_request
-from callgate.serving.responses_store import ResponseStore, StoredResponse
-from callgate.serving.responses_wire import ResponsesWire
-from callgate.serving.routes import _check_served, _read_body, _unless_disconnected
+from callgate.serving.surfaces import sse
+from callgate.serving.surfaces.protocol_wire import openapi_body
+from callgate.serving.surfaces.responses_input import Item, new_id
+from callgate.serving.surfaces.responses_output import Event, ResponseRender, render_response
+from callgate.serving.surfaces.responses_request import ResponsesRequest, parse_responses_request
+from callgate.serving.surfaces.responses_store import ResponseStore, StoredResponse
+from callgate.serving.surfaces.responses_wire import ResponsesWire
+from callgate.serving.surfaces.routes import _check_served, _read_body, _unless_disconnected
 from callgate.serving.turn import ChatFailure, Turn
 from callgate.serving.turn_events import TurnDone
 

@@ -23,8 +23,8 @@ from pydantic import BaseModel, ValidationError
 
 from callgate import strict_json
 from callgate.errors import InvalidRequestError
-from callgate.serving.protocol_wire import wire_error
-from callgate.serving.responses_wire import (
+from callgate.serving.surfaces.protocol_wire import wire_error
+from callgate.serving.surfaces.responses_wire import (
     FunctionCallItemWire,
     FunctionCallOutputItemWire,
     MessageItemWire,

@@ -19,8 +19,8 @@ from jsonschema.exceptions import SchemaError
 
 from callgate import strict_json
 from callgate.errors import InvalidRequestError
-from callgate.serving.protocol_wire import MessageWire, NamedToolChoiceWire, ResponseFormatWire, ToolWire
 from callgate.serving.settings import Limits
+from callgate.serving.surfaces.protocol_wire import MessageWire, NamedToolChoiceWire, ResponseFormatWire, ToolWire
 
 ToolChoice = Literal["none", "auto", "required"] | Mapping[str, Any]
 

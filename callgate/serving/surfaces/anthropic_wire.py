@@ -18,7 +18,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from callgate.serving.protocol_wire import CallgateExtensionWire
+from callgate.serving.surfaces.protocol_wire import CallgateExtensionWire
 
 
 class _Wire(BaseModel):

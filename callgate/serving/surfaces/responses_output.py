@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from callgate.serving.responses_input import new_id
+from callgate.serving.surfaces.responses_input import new_id
 from callgate.serving.turn_events import (
     AcceptedCall,
     CallsAccepted,

@@ -1,12 +1,9 @@
-"""The validator handoff: envelopes, verdicts, the `Validator` role and the built-in check.
-
-Knows: what a validator receives for one candidate (`ValidationRequest`, serialised by
-`envelope_dict`), what it answers (`Verdict`), the published JSON Schemas of both
-(`ENVELOPE_SCHEMA`, `VERDICT_SCHEMA`; `schemas/*.schema.json` are copies a test keeps
-equal), how a verdict document from elsewhere is read (`parse_verdict`), and the built-in
-`JsonSchemaValidator`: a strict Draft 2020-12 check of the arguments against the tool's
-declared `parameters`.
-Does not know: HTTP (see `validation_http`), the chat flow, repair rounds or the audit log.
+"""What a validator exchanges for one tool-call candidate: the envelope it receives
+(`ValidationRequest`, any `Envelope`, serialised by `envelope_dict`), the verdict it answers
+(`Verdict`), the published JSON Schemas of both (`ENVELOPE_SCHEMA`, `VERDICT_SCHEMA`;
+`schemas/*.schema.json` are copies a test keeps equal) and how a verdict document from
+elsewhere is read (`parse_verdict`).
+Does not know: how a verdict is reached (validation.py, validation_http.py), HTTP, the chat flow.
 
 Errors in a verdict are `{path, message, kind}`: `path` is a JSON Pointer (RFC 6901) into the
 arguments, `kind` a short label (the failing JSON Schema keyword, or `unknown_tool`) used for
@@ -15,19 +12,11 @@ metrics; a downstream validator may omit `kind`.
 
 from __future__ import annotations
 
-import json
-from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-import referencing
 from jsonschema import Draft202012Validator
-from jsonschema.exceptions import SchemaError, ValidationError, relevance
-from referencing.exceptions import Unresolvable
-
-from callgate.serving.idempotency import idempotency_key as idempotency_key
-from callgate.strict_tools import strict_schema as strict_schema
 
 VerdictName = Literal["accepted", "rejected"]
 
@@ -184,7 +173,7 @@ class Envelope(Protocol):
 @dataclass(frozen=True, slots=True)
 class ValidationRequest:
     """One candidate for a validator. `schema` is None when the tool was not declared; `actor`,
-    `scope` and `idempotency_key` are callgate.serving.idempotency's."""
+    `scope` and `idempotency_key` are callgate.serving.handoff.idempotency's."""
 
     request_id: str
     call_id: str
@@ -220,14 +209,6 @@ class Verdict:
     @staticmethod
     def reject(validator: str, errors: Iterable[Mapping[str, str]], *, retryable: bool) -> Verdict:
         return Verdict("rejected", errors=tuple(errors), retryable=retryable, validator=validator)
-
-
-class Validator(Protocol):
-    """A verdict per candidate. Raises ValidatorUnavailableError (503) when none can be had."""
-
-    name: str
-
-    async def validate(self, req: Envelope) -> Verdict: ...
 
 
 def envelope_dict(req: Envelope) -> dict[str, Any]:
@@ -283,83 +264,3 @@ def parse_verdict(doc: Any, validator: str) -> Verdict:
 def pointer(path: Iterable[str | int]) -> str:
     """A JSON Pointer (RFC 6901) for a path of keys and indices; "" is the whole document."""
     return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in path)
-
-
-# ---- the built-in validator ---------------------------------------------------------------
-
-
-class JsonSchemaValidator:
-    """Draft 2020-12 check of the arguments against the declared parameters.
-
-    * An undeclared tool (`schema is None`) is rejected (`kind: unknown_tool`).
-    * A tool declared `strict: true` additionally rejects unknown fields anywhere: see
-      `strict_schema` (callgate.strict_tools, the rule the grammar is built from too).
-    * `format` is an annotation, as Draft 2020-12 specifies by default.
-    * `$ref`s resolve only within the schema, the JSON Schema metaschemas and `registry`;
-      nothing is ever fetched over the network. An unresolvable `$ref` or a schema that is
-      not a schema rejects the call as not retryable (the model cannot fix it).
-    Accepted verdicts carry the arguments unchanged (this validator normalises nothing).
-    """
-
-    name = "builtin-jsonschema"
-    cache_size = 256  # prepared schemas kept (checking a schema against the metaschema costs ms)
-
-    def __init__(self, registry: referencing.Registry[Any] | None = None) -> None:
-        self._registry: referencing.Registry[Any] = registry if registry is not None else referencing.Registry()
-        self._prepared: OrderedDict[str, Draft202012Validator | SchemaError] = OrderedDict()
-
-    async def validate(self, req: Envelope) -> Verdict:
-        if req.schema is None:
-            error = {"path": "", "message": f"tool {req.tool!r} is not declared in the request", "kind": "unknown_tool"}
-            return Verdict.reject(self.name, [error], retryable=True)
-        try:
-            errors = self.errors(req.schema, req.arguments, strict=req.strict)
-        except (SchemaError, Unresolvable) as exc:
-            error = {"path": "", "message": f"the tool's schema cannot be used: {_first_line(exc)}", "kind": "schema"}
-            return Verdict.reject(self.name, [error], retryable=False)
-        if errors:
-            return Verdict.reject(self.name, errors, retryable=True)
-        return Verdict.accept(self.name, req.arguments)
-
-    def errors(self, schema: Mapping[str, Any] | bool, instance: Any, *, strict: bool = False) -> list[dict[str, str]]:
-        """`{path, message, kind}` for each top-level failure, most relevant first.
-        Raises SchemaError for an invalid schema and a referencing error for a bad `$ref`."""
-        checker = self._checker(schema, strict)
-        found: list[ValidationError] = sorted(checker.iter_errors(instance), key=relevance)
-        return [{"path": pointer(e.absolute_path), "message": e.message, "kind": str(e.validator)} for e in found]
-
-    def _checker(self, schema: Mapping[str, Any] | bool, strict: bool) -> Draft202012Validator:
-        """The prepared validator of `schema` (strict or not), from a small LRU by canonical JSON."""
-        key = ("strict:" if strict else "plain:") + json.dumps(schema, sort_keys=True, separators=(",", ":"))
-        prepared = self._prepared.get(key)
-        if prepared is None:
-            prepared = self._prepare(strict_schema(schema) if strict else schema)
-            self._prepared[key] = prepared
-            if len(self._prepared) > self.cache_size:
-                self._prepared.popitem(last=False)
-        else:
-            self._prepared.move_to_end(key)
-        if isinstance(prepared, SchemaError):
-            raise prepared
-        return prepared
-
-    def _prepare(self, schema: Mapping[str, Any] | bool) -> Draft202012Validator | SchemaError:
-        try:
-            Draft202012Validator.check_schema(schema)
-        except SchemaError as exc:
-            return exc
-        return Draft202012Validator(schema, registry=self._registry)
-
-
-def _first_line(exc: BaseException) -> str:
-    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-
-
-def __getattr__(name: str) -> Any:
-    """`HttpValidator` is part of this seam but lives in `validation_http` (which imports
-    this module), so it is loaded on first use."""
-    if name == "HttpValidator":
-        from callgate.serving.validation_http import HttpValidator
-
-        return HttpValidator
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -20,7 +20,8 @@ from pydantic import ValidationError
 
 from callgate.call_plan import CallPlan
 from callgate.errors import InvalidRequestError, PayloadTooLargeError
-from callgate.serving.protocol_checks import (
+from callgate.serving.settings import Limits
+from callgate.serving.surfaces.protocol_checks import (
     ToolChoice,
     check_messages,
     check_response_format,
@@ -28,7 +29,7 @@ from callgate.serving.protocol_checks import (
     check_tool_choice,
     check_tools,
 )
-from callgate.serving.protocol_wire import (
+from callgate.serving.surfaces.protocol_wire import (
     CallgateExtensionWire,
     ChatCompletionWire,
     LogitBiasWire,
@@ -36,7 +37,6 @@ from callgate.serving.protocol_wire import (
     TemplateKwargsWire,
     wire_error,
 )
-from callgate.serving.settings import Limits
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +84,7 @@ class ChatRequest:
     top_k: int = 0  # 0: off
     min_p: float = 0.0
     logit_bias: Mapping[int, float] | None = None  # token id -> bias; ids not yet checked against a vocabulary
-    # Who asks, for the idempotency key (callgate.serving.idempotency): each surface's own field
+    # Who asks, for the idempotency key (callgate.serving.handoff.idempotency): each surface's own field
     # (here `user`), or the trusted x-callgate-actor header set by the route; None: anonymous.
     actor: str | None = None
     recover_calls: bool | None = None  # `callgate.recover_calls`; None: the server's setting (serving/recovery.py)

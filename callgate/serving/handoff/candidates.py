@@ -1,7 +1,7 @@
 """The validator handoff: what goes to the validator, what comes back, and what is refused
 before it.
 
-Knows: how a round's candidates become `ValidationRequest`s (callgate.serving.validation)
+Knows: how a round's candidates become `ValidationRequest`s (callgate.serving.handoff.validation)
 and are asked for their verdicts concurrently,
 the repair turn fed back to the model, and which parse diagnostics or tool_choice breaches
 make an output unusable. Does not know: HTTP, engines, how a validator decides.
@@ -14,9 +14,9 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from callgate.serving.idempotency import idempotency_key
-from callgate.serving.protocol import ChatRequest, tool_call_dict
-from callgate.serving.validation import ValidationRequest, Validator, Verdict, verdict_dict
+from callgate.serving.handoff.idempotency import idempotency_key
+from callgate.serving.handoff.validation import ValidationRequest, Validator, Verdict, verdict_dict
+from callgate.serving.surfaces.protocol import ChatRequest, tool_call_dict
 from callgate.types import Diagnostic, ParseResult, ToolCallCandidate, arguments_json
 
 # Diagnostics that never make an output unusable (no 502): `unknown_tool`, whose candidate
@@ -40,7 +40,7 @@ async def validate_all(
 ) -> list[Verdict]:
     """One verdict per candidate, asked concurrently, in candidate order. The first
     failure (e.g. ValidatorUnavailableError) is raised once all have finished. `actor` and
-    `scope` identify the action with the tool and arguments (callgate.serving.idempotency)."""
+    `scope` identify the action with the tool and arguments (callgate.serving.handoff.idempotency)."""
 
     async def one(c: ToolCallCandidate) -> Verdict:
         envelope = ValidationRequest(

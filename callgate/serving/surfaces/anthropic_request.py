@@ -26,7 +26,8 @@ from pydantic import BaseModel, ValidationError
 
 from callgate.errors import InvalidRequestError, PayloadTooLargeError
 from callgate.formats import get_format
-from callgate.serving.anthropic_wire import (
+from callgate.serving.settings import Limits
+from callgate.serving.surfaces.anthropic_wire import (
     CountTokensWire,
     ImageBlockWire,
     MessageParamWire,
@@ -36,9 +37,8 @@ from callgate.serving.anthropic_wire import (
     ToolResultBlockWire,
     ToolUseBlockWire,
 )
-from callgate.serving.protocol import ChatRequest, parse_chat_request
-from callgate.serving.protocol_wire import wire_error
-from callgate.serving.settings import Limits
+from callgate.serving.surfaces.protocol import ChatRequest, parse_chat_request
+from callgate.serving.surfaces.protocol_wire import wire_error
 
 TOOL_USE_PREFIX = "toolu_"
 _CALL_PREFIX = "call_"

@@ -15,14 +15,14 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.background import BackgroundTask
 
-from callgate.serving import anthropic_response, sse
-from callgate.serving.anthropic_request import parse_count_tokens_request, parse_messages_request
-from callgate.serving.anthropic_wire import CountTokensWire, MessagesWire
 from callgate.serving.chat import ChatService
 from callgate.serving.conform import conform_chat
 from callgate.serving.prompt import build_prompt
-from callgate.serving.protocol import openapi_body
-from callgate.serving.routes import _check_served, _read_body, _unless_disconnected
+from callgate.serving.surfaces import anthropic_response, sse
+from callgate.serving.surfaces.anthropic_request import parse_count_tokens_request, parse_messages_request
+from callgate.serving.surfaces.anthropic_wire import CountTokensWire, MessagesWire
+from callgate.serving.surfaces.protocol import openapi_body
+from callgate.serving.surfaces.routes import _check_served, _read_body, _unless_disconnected
 
 PATH_PREFIX = "/v1/messages"
 

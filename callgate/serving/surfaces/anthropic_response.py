@@ -21,9 +21,9 @@ from collections.abc import AsyncGenerator, Mapping
 from typing import Any
 
 from callgate.errors import CallgateError
-from callgate.serving import sse
-from callgate.serving.anthropic_errors import error_body
-from callgate.serving.anthropic_request import tool_use_id
+from callgate.serving.surfaces import sse
+from callgate.serving.surfaces.anthropic_errors import error_body
+from callgate.serving.surfaces.anthropic_request import tool_use_id
 from callgate.serving.turn import ChatFailure, Turn
 from callgate.serving.turn_events import (
     CallsAccepted,

@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from callgate.serving.model_store import (
+from callgate.serving.engines.model_store import (
     ModelNotFoundError,
     convert_gguf,
     default_cache_dir,

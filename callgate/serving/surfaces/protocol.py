@@ -11,15 +11,15 @@ Does not know: templates, engines, parsers or validators.
 
 from __future__ import annotations
 
-from callgate.serving.protocol_checks import ToolChoice
-from callgate.serving.protocol_request import (
+from callgate.serving.surfaces.protocol_checks import ToolChoice
+from callgate.serving.surfaces.protocol_request import (
     ChatRequest,
     QuickRequest,
     ThinkingSwitch,
     parse_chat_request,
     parse_quick_request,
 )
-from callgate.serving.protocol_response import (
+from callgate.serving.surfaces.protocol_response import (
     candidate_dict,
     chunk_dict,
     completion_dict,
@@ -30,7 +30,7 @@ from callgate.serving.protocol_response import (
     tool_names,
     usage_dict,
 )
-from callgate.serving.protocol_wire import (
+from callgate.serving.surfaces.protocol_wire import (
     CallgateExtensionWire,
     ChatCompletionWire,
     FunctionCallWire,

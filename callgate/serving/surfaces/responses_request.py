@@ -21,9 +21,10 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from callgate.errors import InvalidRequestError, PayloadTooLargeError
-from callgate.serving.protocol_checks import ToolChoice, check_response_format, check_tool_choice, check_tools
-from callgate.serving.protocol_request import ChatRequest, ThinkingSwitch, call_plan
-from callgate.serving.protocol_wire import (
+from callgate.serving.settings import Limits
+from callgate.serving.surfaces.protocol_checks import ToolChoice, check_response_format, check_tool_choice, check_tools
+from callgate.serving.surfaces.protocol_request import ChatRequest, ThinkingSwitch, call_plan
+from callgate.serving.surfaces.protocol_wire import (
     CallgateExtensionWire,
     FunctionWire,
     NamedFunctionWire,
@@ -33,15 +34,14 @@ from callgate.serving.protocol_wire import (
     ToolWire,
     wire_error,
 )
-from callgate.serving.responses_input import Item, read_items, to_messages
-from callgate.serving.responses_wire import (
+from callgate.serving.surfaces.responses_input import Item, read_items, to_messages
+from callgate.serving.surfaces.responses_wire import (
     AllowedToolsChoiceWire,
     FunctionToolWire,
     NamedChoiceWire,
     ResponsesWire,
     TextFormatWire,
 )
-from callgate.serving.settings import Limits
 
 
 @dataclass(frozen=True, slots=True)

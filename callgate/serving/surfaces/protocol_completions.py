@@ -19,10 +19,10 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from callgate.errors import InvalidRequestError, PayloadTooLargeError
-from callgate.serving.protocol_checks import check_stop
-from callgate.serving.protocol_request import parse_logit_bias
-from callgate.serving.protocol_wire import LogitBiasWire, StreamOptionsWire, wire_error
 from callgate.serving.settings import Limits
+from callgate.serving.surfaces.protocol_checks import check_stop
+from callgate.serving.surfaces.protocol_request import parse_logit_bias
+from callgate.serving.surfaces.protocol_wire import LogitBiasWire, StreamOptionsWire, wire_error
 
 TokenIds = list[Annotated[int, Field(ge=0)]]
 

@@ -55,8 +55,8 @@ from typing import Any
 
 import anyio
 
-from callgate.serving.engine import Engine, GenerationRequest, SamplingParams, TokenDelta
-from callgate.serving.quick_heads import (
+from callgate.serving.engines.engine import Engine, GenerationRequest, SamplingParams, TokenDelta
+from callgate.serving.quick.heads import (
     DEFAULT_LABELS,
     HEADS,
     URL_CHOICE,

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from callgate.serving.protocol_wire import CallgateExtensionWire, TemplateKwargsWire
+from callgate.serving.surfaces.protocol_wire import CallgateExtensionWire, TemplateKwargsWire
 
 Effort = Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"]
 

@@ -9,7 +9,7 @@ The engine renders nothing: `GenerationRequest.prompt` is callgate's rendered pr
 tokenised without adding the model's BOS/special tokens. Special-token text is recognised
 as a special token only outside `GenerationRequest.untrusted_spans`; inside those spans
 (user/tool content) it is tokenised as ordinary text, so content can never forge the
-prompt's structure. See `callgate.serving.tokenizer`.
+prompt's structure. See `callgate.serving.engines.tokenizer`.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ import anyio
 import httpx
 
 from callgate.errors import ValidatorUnavailableError
-from callgate.serving.validation import Envelope, Verdict, envelope_dict, parse_verdict
+from callgate.serving.handoff.envelope import Envelope, Verdict, envelope_dict, parse_verdict
 
 RETRY_STATUSES = frozenset({502, 503, 504})
 # Failures after which the service cannot have answered, or answered "try again".

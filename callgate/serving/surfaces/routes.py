@@ -21,13 +21,14 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.background import BackgroundTask
 
 from callgate.errors import NotFoundError, PayloadTooLargeError
-from callgate.serving import sse
 from callgate.serving.chat import ChatService
-from callgate.serving.completions import CompletionService
 from callgate.serving.conform import conform_quick
-from callgate.serving.idempotency import ACTOR_HEADER, resolve_actor
+from callgate.serving.handoff.idempotency import ACTOR_HEADER, resolve_actor
 from callgate.serving.metrics import CONTENT_TYPE, Metrics
-from callgate.serving.protocol import (
+from callgate.serving.quick.service import Conversation, QuickResult
+from callgate.serving.surfaces import sse
+from callgate.serving.surfaces.completions import CompletionService
+from callgate.serving.surfaces.protocol import (
     ChatCompletionWire,
     QuickWire,
     models_dict,
@@ -35,8 +36,7 @@ from callgate.serving.protocol import (
     parse_chat_request,
     parse_quick_request,
 )
-from callgate.serving.protocol_completions import CompletionWire, parse_completion_request
-from callgate.serving.quick import Conversation, QuickResult
+from callgate.serving.surfaces.protocol_completions import CompletionWire, parse_completion_request
 
 
 def build_router(service: ChatService, metrics: Metrics) -> APIRouter:

@@ -15,8 +15,8 @@ from collections.abc import AsyncGenerator, Mapping
 from typing import Any
 
 from callgate.errors import CallgateError
-from callgate.serving import sse
-from callgate.serving.protocol import chunk_dict, completion_dict, tool_call_dict, usage_dict
+from callgate.serving.surfaces import sse
+from callgate.serving.surfaces.protocol import chunk_dict, completion_dict, tool_call_dict, usage_dict
 from callgate.serving.turn import ChatFailure, Turn
 from callgate.serving.turn_events import (
     AcceptedCall,

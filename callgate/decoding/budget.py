@@ -1,0 +1,204 @@
+"""Budget closing: in a row's last `BOUND` tokens, the row is steered so that its output ends
+within max_tokens at the end of its grammar, never mid-call.
+
+Knows: closing plans (closing.py: the bytes that end the grammar from the row's state,
+planned on a byte-vocabulary twin of its matcher), the vocabulary's longest tokens for a
+plan's bytes, the cost of a shortest call, and closing marks (closing_marks.py). A row keeps
+its plan up to date; once the tokens left no longer exceed the plan's tokens plus EOS plus a
+margin (`SLACK`, or two more than the most one free token has added to this row's plan), it
+follows the plan, token by token, then EOS, and marks its request (the server flags the call
+it cut `truncated` and answers `finish_reason: "length"`). Once a whole call is written and
+the tokens left could not hold another one, the row ends (EOS) instead of starting a call it
+would have to cut short.
+Does not know: vLLM, HTTP, schemas; formats beyond the closers a grammar key names.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from typing import Any
+
+import torch
+
+from callgate.constraints.llg import LlgVocabulary, matcher
+from callgate.decoding import closing_marks
+from callgate.decoding.closing import closing_plan, format_closers
+from callgate.decoding.rows import Row
+
+BOUND = 128  # tokens before max_tokens from which a row keeps a closing plan
+# What one free token may add to a plan (a `,` that opens another key and its value): the
+# row follows its plan this many tokens before the plan alone would still fit.
+SLACK = 12
+
+
+class BudgetClosing:
+    """The closing of one batch's rows over one vocabulary (`pieces`: each id's bytes)."""
+
+    def __init__(self, vocab: LlgVocabulary, pieces: dict[int, bytes], closing_dir: str | None) -> None:
+        self.vocab = vocab
+        self.pieces = pieces
+        self.closing_dir = closing_dir
+        self._special_ids = frozenset(vocab.specials.values())
+        self._trigger_masks: dict[str, torch.Tensor] = {}
+        self._call_costs: dict[str, int | None] = {}  # grammar key -> a shortest call's tokens
+
+    def close(self, i: int, row: Row, host: torch.Tensor) -> int:
+        """Force row `i`'s mask in `host` to the token the row must take now to end within
+        its budget (or keep it from starting a call it could not finish); the time spent,
+        in ns (0 outside the last BOUND tokens)."""
+        left = row.remaining()
+        if left is None or left > BOUND:
+            return 0
+        started = time.perf_counter_ns()
+        try:
+            forced = self._forced(row, left)
+            if forced == _NO_CALL:
+                host[i] &= self._no_trigger(row.spec.trigger or "")
+            elif forced is not None:
+                host[i].zero_()
+                host[i, forced // 32] = _bit(forced % 32)
+        finally:
+            spent = time.perf_counter_ns() - started
+        return spent
+
+    def _forced(self, row: Row, left: int) -> int | None:
+        """The one token the row must take now to end within its budget (-1: any token but
+        one that starts a call), or None (free)."""
+        eos = self.vocab.eos_token_id
+        if row.plan is not None:  # following a plan: its next token, then EOS
+            return row.plan.pop(0) if row.plan else eos
+        cost = self._call_cost(row)
+        if row.matcher.is_accepting():
+            if left <= 1:
+                return eos
+            if cost is None or left > cost + 1:
+                return None
+            # a whole call is written: end here; else (auto, text so far) start no call
+            return eos if row.spec.needs_call or row.called else _NO_CALL
+        plan = self._plan(row)
+        if plan is None:
+            return None
+        ended = self._ends_a_call(row, plan)  # only the markup after a whole call is left
+        if row.last_plan is not None:  # what the last free token added to the plan
+            row.growth = max(row.growth, len(plan) - row.last_plan + 1)
+        row.last_plan = len(plan)
+        margin = max(SLACK, row.growth + 2)
+        if left > len(plan) + 1 + margin and not (ended and cost is not None and left <= cost + len(plan) + 1):
+            return None
+        row.plan = plan[1:]  # committed: a plan re-made mid-marker would lose its way
+        if self.closing_dir and row.spec.request_id and not ended:
+            closing_marks.mark(self.closing_dir, row.spec.request_id)
+        return plan[0] if plan else eos
+
+    def _ends_a_call(self, row: Row, plan: list[int]) -> bool:
+        """Whether the row has written a whole call and its plan only closes the markup
+        around it (mistral's `]`, DSML's block close): ending there cuts nothing short."""
+        if not (row.spec.needs_call or row.called) or len(plan) > 32:
+            return False
+        text = b"".join(self.pieces.get(t, b"\xff") for t in plan)
+        for marker in _markup(row.spec.key.partition(":")[0]):
+            text = text.replace(marker, b"")
+        return not text.strip(b" \n]}")
+
+    def _call_cost(self, row: Row) -> int | None:
+        """Tokens of a shortest call from its trigger on, planned once per grammar from its
+        start (the trigger, or the separator and trigger where calls follow one another);
+        None where the grammar has no trigger to start one."""
+        trigger = row.spec.trigger
+        if row.call_cost is not None or not trigger:
+            return row.call_cost
+        key = row.spec.key
+        if key not in self._call_costs:
+            self._call_costs[key] = self._plan_call(row.spec.plain, trigger.encode(), key.partition(":")[0])
+        row.call_cost = self._call_costs[key]
+        return row.call_cost
+
+    def _plan_call(self, plain: str, trigger: bytes, format: str) -> int | None:
+        probe = matcher(plain, _BYTES)
+        if probe.is_error() or probe.try_consume_tokens(list(trigger)) != len(trigger):
+            return None
+        plan = closing_plan(probe, _STEPS, 256, format_closers(format), max_bytes=4 * BOUND)
+        if plan is None:
+            return None
+        return len(self.vocab.tokenizer.tokenize_bytes(trigger + plan)) + 1
+
+    def _no_trigger(self, trigger: str) -> torch.Tensor:
+        """A mask of every token but those that could begin `trigger`: a special token
+        that spells it, and (its text spelled in ordinary tokens) any token holding its
+        first character; kept per trigger."""
+        found = self._trigger_masks.get(trigger)
+        if found is None:
+            words = (self.vocab.size + 31) // 32
+            allowed = torch.ones(words * 32, dtype=torch.bool)
+            first = trigger.encode()[:1]
+            for i, data in self.pieces.items():
+                if (first and first in data) or (
+                    data and trigger.encode().startswith(data[:1]) and i in self._special_ids
+                ):
+                    allowed[i] = False
+            bits = allowed.view(words, 32).to(torch.int64) << torch.arange(32, dtype=torch.int64)
+            found = self._trigger_masks[trigger] = bits.sum(dim=1).to(torch.int64).apply_(_signed).to(torch.int32)
+        return found
+
+    def _plan(self, row: Row) -> list[int] | None:
+        """Tokens from the row's state to the end of its grammar (the plan's bytes in the
+        vocabulary's longest tokens the matcher takes; one-byte tokens where it does not)."""
+        twin = self._twin(row)
+        if twin is None:
+            return None
+        closers = format_closers(row.spec.key.partition(":")[0])
+        plan = closing_plan(twin, _STEPS, 256, closers, max_bytes=4 * BOUND)
+        if plan is None:
+            return None
+        return self._tokens(row.matcher, plan)
+
+    def _twin(self, row: Row) -> Any:
+        if row.twin is None:
+            row.twin = matcher(row.spec.plain, _BYTES)
+        feed = bytes(row.text[row.twin_bytes :])
+        if feed:
+            done = row.twin.try_consume_tokens(list(feed))
+            row.twin_bytes += done
+            if done < len(feed):  # text the byte twin cannot follow (a special token): no plan
+                row.max_tokens = None
+                return None
+        return row.twin
+
+    def _tokens(self, m: Any, plan: bytes) -> list[int]:
+        out: list[int] = []
+        pos = 0
+        by_bytes = self.vocab.by_bytes
+        while pos < len(plan):
+            for size in range(min(len(plan) - pos, 16), 0, -1):
+                ids = by_bytes.get(plan[pos : pos + size])
+                if ids and m.try_consume_tokens([ids[0]]) == 1:
+                    out.append(ids[0])
+                    pos += size
+                    break
+            else:
+                break
+        if out:
+            m.rollback(len(out))
+        return out
+
+
+def _bit(j: int) -> int:
+    """Bit j of an int32 word (bit 31 is the sign bit)."""
+    return (1 << j) - (1 << 32) if j == 31 else 1 << j
+
+
+def _signed(word: int) -> int:
+    return word - (1 << 32) if word >= 1 << 31 else word
+
+
+# The vocabulary closing plans on: one token per byte, EOS 256.
+_BYTES = LlgVocabulary.build({bytes([b]): [b] for b in range(256)}, 256, {256: "<eos>"}, 257)
+_STEPS = {b: b for b in range(256)}
+_NO_CALL = -1
+
+
+@functools.cache
+def _markup(format: str) -> tuple[bytes, ...]:
+    """The format's closing markers, longest first (a JSON string's closers left out)."""
+    return tuple(sorted((c for c in format_closers(format) if b'"' not in c), key=len, reverse=True))
