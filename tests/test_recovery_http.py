@@ -284,3 +284,25 @@ def test_the_messages_surface_recovers_too(serve: Callable[..., Server]) -> None
         assert off.stop_reason == "end_turn" and [b.type for b in off.content] == ["text"]
         assert off.content[0].text == BARE
         assert off.model_extra["callgate"]["diagnostics"][0]["code"] == "call_outside_markup"
+
+
+# ---- the Responses surface (/v1/responses runs the same turn) ----------------------------------
+
+RESPONSES_TOOLS = [{"type": "function", **WEATHER["function"]}]
+
+
+def test_the_responses_surface_recovers_and_honours_the_request_field(serve: Callable[..., Server]) -> None:
+    server = serve([BARE, native_call("hermes"), BARE])
+    client = _CLIENTS[id(server)]
+    done = client.responses.create(model=MODEL, input="Weather in Oslo for 3 days?", tools=RESPONSES_TOOLS)
+    [call] = [item for item in done.output if item.type == "function_call"]
+    assert (call.name, json.loads(call.arguments)) == ("get_weather", OSLO)
+    assert len(server.engine.requests) == 2
+    off = client.responses.create(
+        model=MODEL,
+        input="Weather in Oslo for 3 days?",
+        tools=RESPONSES_TOOLS,
+        extra_body={"callgate": {"recover_calls": False}},
+    )
+    assert [item.type for item in off.output] == ["message"] and off.output_text == BARE
+    assert len(server.engine.requests) == 3  # no second round

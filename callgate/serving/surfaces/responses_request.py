@@ -67,6 +67,7 @@ class ResponsesRequest:
     thinking_switch: ThinkingSwitch | None
     max_repairs: int | None
     quick: tuple[str, ...]
+    recover_calls: bool | None
     echo: Mapping[str, Any]
 
     def chat_request(self, history: Sequence[Item], limits: Limits) -> ChatRequest:
@@ -97,6 +98,7 @@ class ResponsesRequest:
             user=self.user,
             max_repairs=self.max_repairs,
             quick=self.quick,
+            recover_calls=self.recover_calls,
             reasoning_effort=self.reasoning_effort,
             thinking=bool(self.thinking_switch and self.thinking_switch.on),
             plan=call_plan(self.tools, self.tool_choice, self.parallel_tool_calls, self.response_format),
@@ -153,6 +155,7 @@ def parse_responses_request(body: bytes, limits: Limits) -> ResponsesRequest:
         thinking_switch=_thinking_switch(wire.chat_template_kwargs),
         max_repairs=ext.max_repairs,
         quick=tuple(ext.quick),
+        recover_calls=ext.recover_calls,
         echo=_echo(wire),
     )
 
