@@ -48,7 +48,9 @@ class Engine:
     """callgate's path from a request to its first mask over one vocabulary, as a request
     meets it: the server's `callgate.constraints.build` (its cache of checked grammars),
     then what the engine's logits processor does (callgate.decoding.processor: a template
-    matcher per grammar key, `deep_copy` per request) and the first mask."""
+    matcher per grammar key, `deep_copy` per request) and the first mask: filled on the cold
+    request and kept per grammar key, copied into the row on a warm one (the processor's
+    `first_masks`)."""
 
     def __init__(self, vocab: Vocab) -> None:
         import llguidance.numpy
@@ -57,6 +59,7 @@ class Engine:
         self.fill = llguidance.numpy.fill_next_token_bitmask
         self.mask = llguidance.numpy.allocate_token_bitmask(1, vocab.size)
         self.templates: dict[str, Any] = {}
+        self.first_masks: dict[str, Any] = {}
 
     def _first_mask(self, matcher: Any) -> None:
         self.fill(matcher, self.mask, 0)
@@ -83,12 +86,14 @@ class Engine:
         c = self._build(fmt, mode, tools)
         template = self.templates[c.key] = llg.matcher(c.grammar, self.vocab.llg)
         self._first_mask(template.deep_copy())
+        self.first_masks[c.key] = self.mask[0].copy()
         return time.perf_counter() - start, time.process_time() - cpu, len(c.grammar)
 
     def warm(self, fmt: str, mode: str, tools: Sequence[Mapping[str, Any]]) -> float:
         start = time.perf_counter()
         c = self._build(fmt, mode, tools)
-        self._first_mask(self.templates[c.key].deep_copy())
+        self.templates[c.key].deep_copy()
+        self.mask[0] = self.first_masks[c.key]
         return time.perf_counter() - start
 
 
