@@ -444,6 +444,9 @@ async def main_async(args: Any) -> list[dict[str, Any]]:
                 dump(result, Path(args.dump))
     finally:
         await engine.shutdown()
+    from callgate.decoding.step_log import flush_all
+
+    flush_all()  # an in-process engine's last steps are still buffered here
     for result in results:
         read_engine_masks(result, mask_log)
     if peer_modes(args):

@@ -97,3 +97,14 @@ def test_time_in_budget_closing_is_logged(tmp_path: Path, monkeypatch: pytest.Mo
     batch.step_log.close()
     (record,) = read_step_log(path)
     assert record.rows == 1 and 0 < record.budget_ns <= record.elapsed_ns
+
+
+def test_flush_all_writes_what_every_open_log_buffers(tmp_path: Path) -> None:
+    from callgate.decoding.step_log import StepLog, flush_all, read_step_log
+
+    logs = [StepLog(tmp_path / f"{i}.log", flush_every=1000, flush_after_s=3600) for i in range(2)]
+    for i, log in enumerate(logs):
+        log.record(1000 + i, 1, 0, at_ns=5)
+    assert all(read_step_log(log.path) == [] for log in logs)
+    flush_all()
+    assert [[r.elapsed_ns for r in read_step_log(log.path)] for log in logs] == [[1000], [1001]]

@@ -25,6 +25,7 @@ from __future__ import annotations
 import atexit
 import os
 import time
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -56,6 +57,7 @@ class StepLog:
         self.pending: list[str] = []
         self.flushed_s = time.monotonic()
         atexit.register(self.close)
+        _OPEN.add(self)
 
     @classmethod
     def from_environment(cls, environ: dict[str, str] | None = None) -> StepLog | None:
@@ -84,6 +86,16 @@ class StepLog:
     def close(self) -> None:
         self.flush()
         atexit.unregister(self.close)
+
+
+_OPEN: weakref.WeakSet[StepLog] = weakref.WeakSet()
+
+
+def flush_all() -> None:
+    """Write what every log of this process still buffers (a reader in the engine's own
+    process, vLLM's in-process engine, reads complete logs without waiting for exit)."""
+    for log in list(_OPEN):
+        log.flush()
 
 
 def read_step_log(path: str | os.PathLike[str]) -> list[StepRecord]:
