@@ -248,7 +248,13 @@ def main() -> None:
     parser.add_argument("--api-key", default=os.environ.get("OPENAI_API_KEY", "none"))
     parser.add_argument("--cache", default="~/.cache/callgate/bfcl")
     parser.add_argument("--dump", default="", help="append every answer to this JSON-lines file")
+    parser.add_argument("--chart", default="", help="draw the run's chart here (PNG)")
+    parser.add_argument("--chart-from", default="", help="only draw --chart from this earlier run's output")
     args = parser.parse_args()
+    if args.chart_from:
+        doc = json.loads(Path(args.chart_from).read_text().strip().splitlines()[-1])
+        chart(doc["results"], Path(args.chart or "benchmarks/recovery.png"), doc["env"])
+        return
     targets = [Target.parse(t) for t in args.target]
     cases = load_workload(args.cases, args.irrelevance, Path(args.cache).expanduser())
     started = time.perf_counter()
@@ -263,7 +269,45 @@ def main() -> None:
     rows = summarise(results)
     print_table(rows)
     doc = {"benchmark": "recovery", "env": environment(args), "results": rows}
+    if args.chart:
+        chart(rows, Path(args.chart), doc["env"])
     print(json.dumps(doc | {"wall_s": round(time.perf_counter() - started, 1)}))
+
+
+CHART_CALLS = (("native", "C2"), ("recovered", "C0"), ("lost", "C3"), ("text", "C7"), ("error", "k"))
+CHART_IRRELEVANCE = (
+    ("answered", "C2"),
+    ("called", "C1"),
+    ("wrongly_recovered", "C0"),
+    ("lost", "C3"),
+    ("error", "k"),
+)
+
+
+def chart(rows: Sequence[Mapping[str, Any]], path: Path, env: Mapping[str, Any]) -> None:
+    """Stacked outcome shares per target: BFCL call cases (left), irrelevance cases (right)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4.6), sharey=True)
+    for ax, kind, outcomes in ((axes[0], "call", CHART_CALLS), (axes[1], "irrelevance", CHART_IRRELEVANCE)):
+        picked = [r for r in rows if r["kind"] == kind]
+        names = [str(r["target"]) for r in picked]
+        bottom = [0.0] * len(picked)
+        for outcome, color in outcomes:
+            values = [100 * float(r.get(f"{outcome}_rate", 0.0)) for r in picked]
+            ax.bar(names, values, 0.6, bottom=bottom, label=outcome.replace("_", " "), color=color)
+            bottom = [b + v for b, v in zip(bottom, values, strict=True)]
+        n = picked[0]["cases"] if picked else 0
+        ax.set_title(f"{kind} cases (n={n}), tool_choice auto", fontsize=10)
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=3)
+    axes[0].set_ylabel("% of cases")
+    fig.suptitle(f"calls outside the call markup: {env.get('model', '')}", fontsize=11)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 if __name__ == "__main__":
