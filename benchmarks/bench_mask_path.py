@@ -26,7 +26,8 @@ matcher per row there; callgate copies one matcher per grammar). Timing: perf_co
 around each processor's call, interleaved step by step in one process.
 
 Usage: python benchmarks/bench_mask_path.py [--vocabs smollm2,qwen2.5] [--batches 1,4,16]
-[--modes required,auto] [--threads 1] [--repeats 3]. Prints a table, ends with ONE JSON line.
+[--modes required,auto] [--threads 1] [--repeats 3] [--chart PNG | --no-chart]. Prints a table, draws
+benchmarks/mask_path.png, ends with ONE JSON line.
 """
 
 from __future__ import annotations
@@ -199,6 +200,34 @@ def print_table(rows: list[dict[str, Any]]) -> None:
         print(" ".join(f"{row[name]!s:>{w}}" for name, w in COLUMNS))
 
 
+def chart(rows: list[dict[str, Any]], path: Path) -> None:
+    """p50 µs per row and step, per cell: callgate (sequential fill, its kernel's share
+    hatched), callgate on llguidance's pool, outlines' processor."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(max(8, len(rows) * 0.9), 4.2))
+    x = range(len(rows))
+    seq = [r["callgate_p50_row_us"] for r in rows]
+    kernel = [r["kernel_p50_step_us"] / r["batch"] for r in rows]
+    par = [r["parallel_p50_step_us"] / r["batch"] for r in rows]
+    theirs = [r["outlines_p50_row_us"] for r in rows]
+    ax.bar([i - 0.27 for i in x], seq, 0.27, label="callgate (rows in turn)", color="C0")
+    ax.bar([i - 0.27 for i in x], kernel, 0.27, label="  of which callgate's kernel", color="none", hatch="//")
+    ax.bar(list(x), par, 0.27, label="callgate (llguidance's pool)", color="C9")
+    ax.bar([i + 0.27 for i in x], theirs, 0.27, label="outlines LLGuidanceLogitsProcessor", color="C3")
+    ax.set_xticks(list(x), [f"{r['vocab']}\n{r['mode']}\nbatch {r['batch']}" for r in rows], fontsize=7)
+    ax.set_ylabel("µs per row and step (p50)")
+    ax.set_yscale("log")
+    ax.set_title("mask path: hermes, 12 agent tools, same grammar and logits", fontsize=10)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--vocabs", default="smollm2,qwen2.5")
@@ -206,6 +235,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--modes", default="required,auto")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--chart", default="benchmarks/mask_path.png")
+    ap.add_argument("--no-chart", action="store_true")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     tools = json.loads(TOOLS_FILE.read_text())
@@ -222,6 +253,8 @@ def main(argv: list[str] | None = None) -> int:
                 runs = [run_cell(vocab, tok, mode, batch, tools) for _ in range(args.repeats)]
                 results.append(summarise(name, mode, batch, runs))
     print_table(results)
+    if not args.no_chart:
+        chart(results, Path(args.chart))
     import llguidance
     import outlines
 
