@@ -47,12 +47,12 @@ from functools import cache
 from typing import Any
 
 from callgate.errors import TemplateError
-from callgate.formats import HermesMarkers, ToolCallFormat
+from callgate.formats import QWEN3_FRAMING, QWEN25_FRAMING, HermesMarkers, ToolCallFormat
+from callgate.templates.render_options import RenderOptions
 from callgate.templates.tool_arguments import decode_arguments
 
 NEUTRALISER = "\u200d"  # zero-width joiner, written after the `<` of a would-be marker
 JSON_LT = "\\u003c"  # `<` inside a JSON string, same value
-QWEN3, QWEN25 = "chatml-qwen3", "chatml-qwen2.5"
 _ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
 _EFFORTS = frozenset({"none", "minimal", "low", "medium", "high"})
 
@@ -70,37 +70,31 @@ def render(
     fmt: ToolCallFormat,
     messages: Sequence[Mapping[str, Any]],
     tools: Sequence[Mapping[str, Any]] | None,
-    *,
-    thinking: bool,
-    drop_thinking: bool,
-    reasoning_effort: str | None,
-    add_bos: bool,
-    add_generation_prompt: bool,
+    options: RenderOptions,
 ) -> str:
     """The prompt text. Raises TemplateError naming the message index and field."""
-    del add_bos  # ChatML writes no BOS text
-    qwen3 = _is_qwen3(fmt, thinking, reasoning_effort)
+    qwen3 = _is_qwen3(fmt, options.thinking, options.reasoning_effort)  # ChatML writes no BOS text
     msgs = [_message(fmt, i, m, last=i == len(messages) - 1) for i, m in enumerate(messages)]
     parts = [_system_turn(fmt, msgs, _tools_json(fmt, tools), qwen3)]
     last_query = _last_query(fmt, msgs) if qwen3 else len(msgs)
     for i in range(1 if msgs and msgs[0].role == "system" else 0, len(msgs)):
-        parts.append(_turn(fmt, msgs, i, qwen3=qwen3, last_query=last_query, drop_thinking=drop_thinking))
+        parts.append(_turn(fmt, msgs, i, qwen3=qwen3, last_query=last_query, drop_thinking=options.drop_thinking))
     if msgs and msgs[-1].task is not None and msgs[-1].role != "user":
         parts.append(_plain_turn(fmt, "user", fmt.quick_tasks[msgs[-1].task]))
-    if add_generation_prompt:
-        parts.append(_generation_prompt(fmt, thinking, reasoning_effort))
+    if options.add_generation_prompt:
+        parts.append(_generation_prompt(fmt, options.thinking, options.reasoning_effort))
     return "".join(parts)
 
 
 def _is_qwen3(fmt: ToolCallFormat, thinking: bool, reasoning_effort: str | None) -> bool:
-    if fmt.framing not in (QWEN3, QWEN25):
+    if fmt.framing not in (QWEN3_FRAMING, QWEN25_FRAMING):
         raise TemplateError(f"framing {fmt.framing!r} is not a ChatML framing this renderer knows")
     if reasoning_effort is not None and reasoning_effort not in _EFFORTS:
         raise TemplateError(
             f"reasoning_effort: {reasoning_effort!r} is not one of {', '.join(sorted(_EFFORTS))}",
             param="reasoning_effort",
         )
-    qwen3 = fmt.framing == QWEN3
+    qwen3 = fmt.framing == QWEN3_FRAMING
     if thinking and (not qwen3 or reasoning_effort == "none"):
         why = "the Qwen2.5 framing has no reasoning" if not qwen3 else "reasoning_effort 'none' disables reasoning"
         raise TemplateError(f"thinking: {why}", param="thinking")
@@ -322,6 +316,6 @@ def _generation_prompt(fmt: ToolCallFormat, thinking: bool, reasoning_effort: st
     out = m.turn_open + "assistant\n"
     if thinking:
         out += (fmt.reasoning_open or "") + "\n"
-    elif reasoning_effort == "none" and fmt.framing == QWEN3:
+    elif reasoning_effort == "none" and fmt.framing == QWEN3_FRAMING:
         out += (fmt.reasoning_open or "") + "\n\n" + (fmt.reasoning_close or "") + "\n\n"
     return out

@@ -52,6 +52,7 @@ from callgate.templates.json_messages import (
     quick_task,
     template_error,
 )
+from callgate.templates.render_options import RenderOptions
 from callgate.templates.tool_arguments import decode_arguments
 
 __all__ = [
@@ -219,21 +220,16 @@ def render(
     fmt: ToolCallFormat,
     messages: Sequence[Mapping[str, Any]],
     tools: Sequence[Mapping[str, Any]] | None,
-    *,
-    thinking: bool,
-    drop_thinking: bool,
-    reasoning_effort: str | None,
-    add_bos: bool,
-    add_generation_prompt: bool,
+    options: RenderOptions,
 ) -> str:
     """The llama3-json prompt for `messages` (see the module docstring); TemplateError on input
     the format cannot represent. `tools=[]` counts as tools given, as in the reference."""
-    check_options(fmt, thinking=thinking, reasoning_effort=reasoning_effort)
-    msgs = [_read_message(i, m, fmt, drop_thinking) for i, m in enumerate(messages)]
+    check_options(fmt, options)
+    msgs = [_read_message(i, m, fmt, options.drop_thinking) for i, m in enumerate(messages)]
     if tools is not None and not isinstance(tools, Sequence):
         raise template_error("tools", f"expected a list, got {type(tools).__name__}")
-    parts = [fmt.bos if add_bos else "", *_render_turns(fmt, msgs, tools)]
-    if add_generation_prompt:
+    parts = [fmt.bos if options.add_bos else "", *_render_turns(fmt, msgs, tools)]
+    if options.add_generation_prompt:
         m = fmt.markers_as(Llama3Markers)
         parts.append(m.header_open + "assistant" + m.header_close)
     return "".join(parts)

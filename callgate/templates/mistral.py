@@ -48,6 +48,7 @@ from callgate.templates.json_messages import (
     quick_task,
     template_error,
 )
+from callgate.templates.render_options import RenderOptions
 from callgate.templates.tool_arguments import decode_arguments
 
 __all__ = ["render"]
@@ -310,20 +311,15 @@ def render(
     fmt: ToolCallFormat,
     messages: Sequence[Mapping[str, Any]],
     tools: Sequence[Mapping[str, Any]] | None,
-    *,
-    thinking: bool,
-    drop_thinking: bool,
-    reasoning_effort: str | None,
-    add_bos: bool,
-    add_generation_prompt: bool,
+    options: RenderOptions,
 ) -> str:
     """The mistral prompt for `messages` (see the module docstring); TemplateError on input the
     format cannot represent. There is no generation header: the model answers after `[/INST]`
     or `[/TOOL_RESULTS]`."""
-    check_options(fmt, thinking=thinking, reasoning_effort=reasoning_effort)
-    msgs = [_read_message(i, m, fmt, drop_thinking) for i, m in enumerate(messages)]
-    _check_structure(msgs, add_generation_prompt)
+    check_options(fmt, options)
+    msgs = [_read_message(i, m, fmt, options.drop_thinking) for i, m in enumerate(messages)]
+    _check_structure(msgs, options.add_generation_prompt)
     join = fmt.markers_as(MistralMarkers).message_join
     turns = _turns(msgs, join)
     body = "".join(_write(fmt, turns, _system_prompt(msgs, join), tools))
-    return (fmt.bos if add_bos else "") + body
+    return (fmt.bos if options.add_bos else "") + body

@@ -35,6 +35,7 @@ from typing import Any
 
 from callgate.errors import TemplateError
 from callgate.formats import Qwen3XmlMarkers, ToolCallFormat
+from callgate.templates.render_options import RenderOptions
 from callgate.templates.tool_arguments import decode_arguments
 
 NEUTRALISER = "\u200d"  # zero-width joiner, written after the `<` of a would-be marker
@@ -48,16 +49,11 @@ def render(
     fmt: ToolCallFormat,
     messages: Sequence[Mapping[str, Any]],
     tools: Sequence[Mapping[str, Any]] | None,
-    *,
-    thinking: bool,
-    drop_thinking: bool,
-    reasoning_effort: str | None,
-    add_bos: bool,
-    add_generation_prompt: bool,
+    options: RenderOptions,
 ) -> str:
     """The prompt text. Raises TemplateError naming the message index and field."""
-    del drop_thinking, reasoning_effort, add_bos  # no reasoning, no BOS text in this framing
-    if thinking:
+    # no reasoning (drop_thinking and reasoning_effort are moot), no BOS text in this framing
+    if options.thinking:
         raise TemplateError("thinking: the qwen3-xml format has no reasoning mode", param="thinking")
     for i, message in enumerate(messages):
         _check_role(i, message)
@@ -66,7 +62,7 @@ def render(
     first = 1 if has_system else 0
     for i in range(first, len(messages)):
         parts.append(_message(fmt, messages, i))
-    if add_generation_prompt:
+    if options.add_generation_prompt:
         parts.append(fmt.markers_as(Qwen3XmlMarkers).turn_open + "assistant\n")
     return "".join(parts)
 
