@@ -38,8 +38,12 @@ def _conversation(fmt: str, result: str) -> list[dict[str, object]]:
 def _structure(fmt: str, prompt: str) -> dict[str, int]:
     spec = get_format(fmt)
     watched = {*spec.special_tokens, *spec.markers.texts(), spec.call_trigger}
-    watched -= {spec.markers.call_prefix, spec.markers.block, spec.markers.tag_end}
-    watched -= {spec.markers.string_attr}
+    watched -= {
+        spec.markers_as(DsmlMarkers).call_prefix,
+        spec.markers_as(DsmlMarkers).block,
+        spec.markers_as(DsmlMarkers).tag_end,
+    }
+    watched -= {spec.markers_as(DsmlMarkers).string_attr}
     return {w: prompt.count(w) for w in watched}
 
 

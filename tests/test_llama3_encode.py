@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from callgate.errors import TemplateError
-from callgate.formats import LLAMA3_JSON, ToolCallFormat
+from callgate.formats import LLAMA3_JSON, Llama3Markers, ToolCallFormat
 from callgate.templates import RenderOptions, llama3, render
 from callgate.templates.llama3 import ZERO_WIDTH_JOINER, llama3_variant
 from tests.conftest import load_jsonl
@@ -222,7 +222,7 @@ def test_refuses_what_it_cannot_represent(messages: list[dict[str, Any]], kwargs
 def test_empty_tool_list_counts_as_tools() -> None:
     prompt = render("llama3-json", [{"role": "user", "content": "q"}], [])
     assert "Environment: ipython\n" in prompt
-    assert LLAMA3_JSON.markers.tools_in_user_prefix + "q<|eot_id|>" in prompt
+    assert LLAMA3_JSON.markers_as(Llama3Markers).tools_in_user_prefix + "q<|eot_id|>" in prompt
     assert "Environment" not in render("llama3-json", [{"role": "user", "content": "q"}], None)
 
 
