@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from callgate.formats import get_format
+from callgate.formats import DsmlMarkers, get_format
 from callgate.parsers import parse, sequential_call_ids, stream_parser
 from callgate.types import ArgumentsDelta, CallEnd, CallStart, DiagnosticEvent, TextDelta
 from tests.conftest import load_jsonl
@@ -79,7 +79,11 @@ def test_missing_final_eos_is_accepted(fmt: str) -> None:
 
 def _expand(text: str, fmt: str) -> str:
     spec = get_format(fmt)
-    subs = {"{D}": spec.markers["dsml"], "{B}": spec.markers["block"], "{OTHER}": OTHER_BLOCK[fmt]}
+    subs = {
+        "{D}": spec.markers_as(DsmlMarkers).dsml,
+        "{B}": spec.markers_as(DsmlMarkers).block,
+        "{OTHER}": OTHER_BLOCK[fmt],
+    }
     subs |= {"{EOS}": spec.eos, "{BOS}": spec.bos}
     for key, value in subs.items():
         text = text.replace(key, value)
@@ -125,7 +129,7 @@ _BLOCK = (
 @pytest.mark.parametrize("fmt", sorted(OTHER_BLOCK))
 def test_truncated_anywhere_inside_the_block(fmt: str) -> None:
     full = "Checking." + _expand(_BLOCK, fmt)
-    start = full.index("<", len("Checking.")) + len(get_format(fmt).markers["dsml"]) + 1
+    start = full.index("<", len("Checking.")) + len(get_format(fmt).markers_as(DsmlMarkers).dsml) + 1
     for cut in range(start, len(full)):
         result = parse(fmt, full[:cut])
         assert [d.code for d in result.diagnostics] == ["unterminated_block"], cut

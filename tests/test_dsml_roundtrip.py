@@ -8,13 +8,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from callgate.formats import get_format
+from callgate.formats import DsmlMarkers, get_format
 from callgate.parsers import parse
 from tests.harness import assistant_completion, calls_of, check_split_invariance, openai_tool_calls, tool_and_calls
 
 FORMATS = ["dsml-v3.2", "dsml-v4"]
 # Text a DSML string value cannot carry: its own closing tag, and the end of turn.
-FORBIDDEN = {f: (get_format(f).markers["param_close"], get_format(f).eos) for f in FORMATS}
+FORBIDDEN = {f: (get_format(f).markers_as(DsmlMarkers).param_close, get_format(f).eos) for f in FORMATS}
 PROSE = st.text(alphabet=st.sampled_from([*"abc xyz.,!?\n\t'\"&>/{}[]", "é", "漢", "🙂"]), max_size=30)
 
 CONTEXT = [{"role": "system", "content": "You call tools."}, {"role": "user", "content": "Go."}]

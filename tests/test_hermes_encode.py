@@ -10,7 +10,7 @@ import pytest
 
 from callgate.errors import TemplateError
 from callgate.formats import HERMES, HERMES_QWEN25
-from callgate.templates import chatml, render
+from callgate.templates import RenderOptions, chatml, render
 from tests.conftest import load_jsonl
 
 CASES = load_jsonl("hermes/encode.jsonl")
@@ -34,11 +34,13 @@ def _render(case: dict[str, Any], messages: list[dict[str, Any]] | None = None) 
         fmt,
         messages if messages is not None else case["messages"],
         case["tools"],
-        thinking=False,
-        drop_thinking=True,
-        reasoning_effort="none" if kwargs.get("enable_thinking") is False else None,
-        add_bos=True,
-        add_generation_prompt=kwargs["add_generation_prompt"],
+        RenderOptions(
+            thinking=False,
+            drop_thinking=True,
+            reasoning_effort="none" if kwargs.get("enable_thinking") is False else None,
+            add_bos=True,
+            add_generation_prompt=kwargs["add_generation_prompt"],
+        ),
     )
 
 
@@ -103,8 +105,8 @@ def test_bad_reasoning_parameters(kwargs: dict[str, Any], param: str) -> None:
 
 def test_qwen25_has_no_thinking() -> None:
     with pytest.raises(TemplateError, match="thinking"):
-        chatml.render(HERMES_QWEN25, USER, None, thinking=True, drop_thinking=True,
-                      reasoning_effort=None, add_bos=True, add_generation_prompt=True)  # fmt: skip
+        chatml.render(HERMES_QWEN25, USER, None, RenderOptions(thinking=True, drop_thinking=True,
+                      reasoning_effort=None, add_bos=True, add_generation_prompt=True))  # fmt: skip
 
 
 def test_drop_thinking_false_keeps_earlier_reasoning() -> None:

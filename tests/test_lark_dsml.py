@@ -31,7 +31,7 @@ from callgate.constraints.lark_grammar import lark_grammar
 from callgate.constraints.llg import LlgVocabulary, check, matcher
 from callgate.constraints.request import GrammarRequest, Mode, ToolSpec
 from callgate.errors import SchemaTooComplexError
-from callgate.formats import get_format
+from callgate.formats import DsmlMarkers, get_format
 from callgate.parsers import parse
 from tests.harness import assistant_completion, openai_tool_calls, tool_and_calls
 from tests.llg_harness import accepts, sample
@@ -300,7 +300,7 @@ def test_samples_of_each_tool_parse_cleanly(fmt: str, index: int) -> None:
 
 
 def block(fmt: str, *invokes: str) -> str:
-    name = get_format(fmt).markers["block"]
+    name = get_format(fmt).markers_as(DsmlMarkers).block
     return f"\n\n<{BAR}DSML{BAR}{name}>\n" + "\n".join(invokes) + f"\n</{BAR}DSML{BAR}{name}>"
 
 
@@ -325,11 +325,11 @@ def test_the_reference_block_is_admitted_and_near_misses_are_refused(fmt: str) -
     cat = [("owner", "true", "Ann"), ("kind", "true", "cat"), ("lives", "false", "9")]
     dog = [("owner", "true", "Bob"), ("kind", "true", "dog"), ("bark", "true", "woof")]
     assert accepts(g, block(fmt, invoke("adopt", *cat))) and accepts(g, block(fmt, invoke("adopt", *dog)))
-    other = "tool_calls" if get_format(fmt).markers["block"] == "function_calls" else "function_calls"
+    other = "tool_calls" if get_format(fmt).markers_as(DsmlMarkers).block == "function_calls" else "function_calls"
     misses = {
         "ascii bar": good.replace(BAR, "|", 1),
         "changed marker byte": good.replace("invoke", "invoka", 1),
-        "other version's block": good.replace(get_format(fmt).markers["block"], other),
+        "other version's block": good.replace(get_format(fmt).markers_as(DsmlMarkers).block, other),
         "single newline before the block": good[1:],
         "bar in content": "a｜b",
         "think tag in content": "a<think>b",

@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from callgate.errors import TemplateError
-from callgate.formats import LLAMA3_JSON, ToolCallFormat
-from callgate.templates import llama3, render
+from callgate.formats import LLAMA3_JSON, Llama3Markers, ToolCallFormat
+from callgate.templates import RenderOptions, llama3, render
 from callgate.templates.llama3 import ZERO_WIDTH_JOINER, llama3_variant
 from tests.conftest import load_jsonl
 
@@ -59,7 +59,7 @@ def _render_case(case: dict[str, Any], **overrides: Any) -> str:
         "add_generation_prompt": kwargs["add_generation_prompt"],
     }
     options.update(overrides)
-    return llama3.render(_fmt_for(case), case["messages"], tools, **options)
+    return llama3.render(_fmt_for(case), case["messages"], tools, RenderOptions(**options))
 
 
 def _ids(cases: list[dict[str, Any]]) -> list[str]:
@@ -109,11 +109,13 @@ def test_llama32_date_is_a_spec_option() -> None:
         fmt,
         [{"role": "user", "content": "hi"}],
         None,
-        thinking=False,
-        drop_thinking=True,
-        reasoning_effort=None,
-        add_bos=False,
-        add_generation_prompt=True,
+        RenderOptions(
+            thinking=False,
+            drop_thinking=True,
+            reasoning_effort=None,
+            add_bos=False,
+            add_generation_prompt=True,
+        ),
     )
     assert "Today Date: 05 Mar 2031\n\n" in prompt
     assert not prompt.startswith(LLAMA3_JSON.bos)
@@ -220,7 +222,7 @@ def test_refuses_what_it_cannot_represent(messages: list[dict[str, Any]], kwargs
 def test_empty_tool_list_counts_as_tools() -> None:
     prompt = render("llama3-json", [{"role": "user", "content": "q"}], [])
     assert "Environment: ipython\n" in prompt
-    assert LLAMA3_JSON.markers["tools_in_user_prefix"] + "q<|eot_id|>" in prompt
+    assert LLAMA3_JSON.markers_as(Llama3Markers).tools_in_user_prefix + "q<|eot_id|>" in prompt
     assert "Environment" not in render("llama3-json", [{"role": "user", "content": "q"}], None)
 
 

@@ -25,7 +25,7 @@ from callgate.constraints import text_markers
 from callgate.constraints.request import grammar_request
 from callgate.constraints.text_markers import collapse_numbered
 from callgate.errors import CompilerBusyError
-from callgate.formats import get_format
+from callgate.formats import MistralMarkers, get_format
 from callgate.parsers import parse
 from callgate.serving.app import create_app
 from callgate.serving.engines.fake_engine import FakeEngine
@@ -154,7 +154,9 @@ ANY_OBJECT = {"type": "object", "properties": {}}
 def tool_list(tools: list[dict[str, Any]]) -> list[Any]:
     prompt = render("mistral", [{"role": "user", "content": "ping"}], tools=tools)
     fmt = get_format("mistral")
-    body = prompt.split(fmt.markers["tools_open"], 1)[1].split(fmt.markers["tools_close"], 1)[0]
+    body = prompt.split(fmt.markers_as(MistralMarkers).tools_open, 1)[1].split(
+        fmt.markers_as(MistralMarkers).tools_close, 1
+    )[0]
     listed: list[Any] = json.loads(body)
     return listed
 

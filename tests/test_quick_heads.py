@@ -17,7 +17,7 @@ from callgate import templates
 from callgate.constraints import vocabulary
 from callgate.constraints.llg import matcher
 from callgate.errors import InvalidRequestError
-from callgate.formats import FORMATS, get_format
+from callgate.formats import FORMATS, DsmlMarkers, get_format
 from callgate.serving.engines.fake_engine import FakeTokenizer
 from callgate.serving.prompt import untrusted_spans
 from callgate.serving.quick.heads import (
@@ -107,7 +107,7 @@ def test_dsml_v4_heads_use_the_models_task_tokens() -> None:
     spec = get_format("dsml-v4")
     assert head_prompt("dsml-v4", CHAT, "query").text.endswith(CHAT[-1]["content"] + spec.quick_tasks["query"])
     action = head_prompt("dsml-v4", CHAT, "action").text
-    assert action.endswith(spec.markers["assistant"] + "</think>" + spec.quick_tasks["action"])
+    assert action.endswith(spec.markers_as(DsmlMarkers).assistant + "</think>" + spec.quick_tasks["action"])
 
 
 # ---- grammars and decoding -------------------------------------------------------------------

@@ -20,7 +20,7 @@ import functools
 import re
 from collections.abc import Iterable
 
-from callgate.formats import ToolCallFormat
+from callgate.formats import Llama3Markers, Qwen3XmlMarkers, ToolCallFormat, json_markers
 
 # U+FF5C, the bar of every DSML marker: raw text without it holds no BOS, EOS, `｜DSML｜`
 # nor parameter close (stricter than the parser, which only stops a value at
@@ -70,8 +70,9 @@ def _collapsed(tokens: tuple[str, ...]) -> tuple[str, ...]:
 def json_content(fmt: ToolCallFormat) -> list[str]:
     """What content may not hold (also a lazy row's text before its trigger): control
     tokens, and in the single layout a call object."""
-    if fmt.markers["call_layout"] == "single":
-        return [*_control(fmt), fmt.markers["call_in_text"]]
+    m = json_markers(fmt)
+    if isinstance(m, Llama3Markers):  # the "single" layout
+        return [*_control(fmt), m.call_in_text]
     return _control(fmt)
 
 
@@ -82,7 +83,7 @@ def json_reasoning(fmt: ToolCallFormat) -> list[str]:
 
 def json_lazy_ok(fmt: ToolCallFormat) -> bool:
     """Whether content may precede a call (so free text up to the trigger is fine)."""
-    return bool(fmt.markers["call_layout"] != "single")
+    return bool(json_markers(fmt).call_layout != "single")
 
 
 def json_opens_reasoning(fmt: ToolCallFormat) -> bool:
@@ -105,5 +106,5 @@ def dsml_content(fmt: ToolCallFormat) -> list[str]:
 def qwen3_xml_content(fmt: ToolCallFormat) -> list[str]:
     """What content may not hold (also a lazy row's text before its trigger): control
     tokens and stray call tags."""
-    m = fmt.markers
-    return [*fmt.special_tokens, m["function_open"], m["function_close"], m["parameter_open"], m["parameter_close"]]
+    m = fmt.markers_as(Qwen3XmlMarkers)
+    return [*fmt.special_tokens, m.function_open, m.function_close, m.parameter_open, m.parameter_close]

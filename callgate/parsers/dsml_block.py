@@ -21,7 +21,7 @@ from enum import IntEnum, auto
 from typing import Any
 
 from callgate import strict_json
-from callgate.formats import ToolCallFormat
+from callgate.formats import DsmlMarkers, ToolCallFormat
 from callgate.parsers.base import CallIdFactory
 from callgate.parsers.dsml_scan import Buffer, MarkerSet, match_literals
 from callgate.types import ArgumentsDelta, CallStart, Diagnostic, Event, ToolCallCandidate
@@ -100,7 +100,7 @@ def _syntax(fmt: ToolCallFormat) -> _Syntax:
         return known
     literals = _literal_table(fmt)
     pending = {state: _proper_prefixes([lit for lit, _ in alts] + [fmt.eos]) for state, alts in literals.items()}
-    ends = (fmt.markers["param_close"], fmt.eos)
+    ends = (fmt.markers_as(DsmlMarkers).param_close, fmt.eos)
     values = MarkerSet(ends)
     # one character class: measured faster than an alternation of two
     value_stop = re.compile("[" + "".join(sorted({re.escape(m[0]) for m in ends})) + _TO_ESCAPE.pattern[1:])
@@ -116,20 +116,20 @@ def _proper_prefixes(alternatives: Sequence[str]) -> frozenset[str]:
 
 def _literal_table(fmt: ToolCallFormat) -> dict[_S, tuple[tuple[str, _S | str], ...]]:
     """state -> its literal alternatives, each with the next state or an action name."""
-    m = fmt.markers
-    end = m["tag_end"]  # '">', right after a name or the string flag
+    m = fmt.markers_as(DsmlMarkers)
+    end = m.tag_end  # '">', right after a name or the string flag
     return {
-        _S.OPEN: ((m["block_open"].split(m["dsml"], 1)[1] + "\n", _S.FIRST_INVOKE),),
-        _S.FIRST_INVOKE: ((m["invoke_open"], "open_invoke"),),
+        _S.OPEN: ((m.block_open.split(m.dsml, 1)[1] + "\n", _S.FIRST_INVOKE),),
+        _S.FIRST_INVOKE: ((m.invoke_open, "open_invoke"),),
         _S.NAME_END: ((end + "\n", "start_call"),),
-        _S.PARAMS: ((m["param_open"], _S.KEY), ("\n", _S.EMPTY_CLOSE)),
-        _S.EMPTY_CLOSE: ((m["invoke_close"], "end_invoke"),),
-        _S.ATTR: ((m["string_attr"], _S.FLAG),),
+        _S.PARAMS: ((m.param_open, _S.KEY), ("\n", _S.EMPTY_CLOSE)),
+        _S.EMPTY_CLOSE: ((m.invoke_close, "end_invoke"),),
+        _S.ATTR: ((m.string_attr, _S.FLAG),),
         _S.FLAG: (("true" + end, "string_value"), ("false" + end, "json_value")),
         _S.AFTER_PARAM: (("\n", _S.NEXT_PARAM),),
-        _S.NEXT_PARAM: ((m["param_open"], _S.KEY), (m["invoke_close"], "end_invoke")),
+        _S.NEXT_PARAM: ((m.param_open, _S.KEY), (m.invoke_close, "end_invoke")),
         _S.AFTER_INVOKE: (("\n", _S.NEXT_INVOKE),),
-        _S.NEXT_INVOKE: ((m["invoke_open"], "open_invoke"), (m["block_close"], _S.CLOSED)),
+        _S.NEXT_INVOKE: ((m.invoke_open, "open_invoke"), (m.block_close, _S.CLOSED)),
     }
 
 
@@ -137,7 +137,7 @@ class BlockReader:
     """Reads one calls block; `run` consumes what it can decide and returns the events."""
 
     def __init__(self, fmt: ToolCallFormat, first_index: int, call_ids: CallIdFactory) -> None:
-        m = fmt.markers
+        m = fmt.markers_as(DsmlMarkers)
         self._fmt, self._m = fmt, m
         self._call_ids = call_ids
         syntax = _syntax(fmt)
@@ -246,10 +246,10 @@ class BlockReader:
 
     def _mismatch_code(self, best: int, common: int, first: str) -> str:
         m, s = self._m, self._state
-        param_tag = m["param_open"].index(" ")  # "<｜DSML｜parameter"
-        invoke_tag = m["invoke_open"].index(" ")  # "<｜DSML｜invoke"
+        param_tag = m.param_open.index(" ")  # "<｜DSML｜parameter"
+        invoke_tag = m.invoke_open.index(" ")  # "<｜DSML｜invoke"
         if s is _S.OPEN:
-            return "wrong_block_name" if common < len(m["block"]) else "bad_block_open"
+            return "wrong_block_name" if common < len(m.block) else "bad_block_open"
         if s is _S.FIRST_INVOKE:
             return "bad_invoke_name" if common >= invoke_tag else "bad_block_open"
         if s is _S.NEXT_INVOKE:
@@ -346,7 +346,7 @@ class BlockReader:
         events: list[Event] = []
         if self._is_str and text:
             events.append(ArgumentsDelta(self._index, _escaped(text)))
-        close = self._m["param_close"]
+        close = self._m.param_close
         if marker == close:
             events += self._end_value()
             self._raw.append(close)
@@ -371,7 +371,7 @@ class BlockReader:
 
     def _open_invoke(self, at: int) -> list[Event]:
         self._invoke_start = at
-        self._raw = [self._m["invoke_open"]]
+        self._raw = [self._m.invoke_open]
         self._args = {}
         return self._goto(_S.NAME)
 

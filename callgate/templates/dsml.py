@@ -24,6 +24,7 @@ from callgate.templates.dsml_blocks import neutralize
 from callgate.templates.dsml_messages import ROLES, normalize
 from callgate.templates.dsml_v4 import render_v4
 from callgate.templates.dsml_v32 import render_v32
+from callgate.templates.render_options import RenderOptions
 
 __all__ = ["neutralize", "render"]
 
@@ -32,12 +33,7 @@ def render(
     fmt: ToolCallFormat,
     messages: Sequence[Mapping[str, Any]],
     tools: Sequence[Mapping[str, Any]] | None,
-    *,
-    thinking: bool,
-    drop_thinking: bool,
-    reasoning_effort: str | None,
-    add_bos: bool,
-    add_generation_prompt: bool,
+    options: RenderOptions,
 ) -> str:
     """The prompt for `messages` in `fmt` ("dsml-v3.2" or "dsml-v4").
 
@@ -45,22 +41,22 @@ def render(
     represent. add_generation_prompt=False leaves out the header that would open the next
     assistant turn after a final user turn or tool-result group.
     """
+    thinking, drop_thinking, effort = options.thinking, options.drop_thinking, options.reasoning_effort
+    add_bos, header = options.add_bos, options.add_generation_prompt
     if not isinstance(thinking, bool):
         raise TemplateError(f"thinking: expected true or false, got {thinking!r}", param="thinking")
     if fmt.name == "dsml-v3.2":
-        if reasoning_effort is not None:
+        if effort is not None:
             raise TemplateError("reasoning_effort: dsml-v3.2 has no reasoning effort levels", param="reasoning_effort")
         msgs = normalize(messages, tools, roles=ROLES - {"latest_reminder"})
-        return render_v32(
-            fmt, msgs, thinking=thinking, drop_thinking=drop_thinking, add_bos=add_bos, header=add_generation_prompt
-        )
+        return render_v32(fmt, msgs, thinking=thinking, drop_thinking=drop_thinking, add_bos=add_bos, header=header)
     msgs = normalize(messages, tools, roles=ROLES)
     return render_v4(
         fmt,
         msgs,
         thinking=thinking,
         drop_thinking=drop_thinking,
-        reasoning_effort=reasoning_effort,
+        reasoning_effort=effort,
         add_bos=add_bos,
-        header=add_generation_prompt,
+        header=header,
     )

@@ -18,6 +18,7 @@ from typing import Any
 
 from callgate.errors import TemplateError
 from callgate.formats import ToolCallFormat
+from callgate.templates.render_options import RenderOptions
 
 ZERO_WIDTH_JOINER = "\u200d"
 
@@ -78,11 +79,11 @@ def content_text(content: object, where: str) -> list[str]:
     return pieces
 
 
-def check_options(fmt: ToolCallFormat, *, thinking: bool, reasoning_effort: str | None) -> None:
+def check_options(fmt: ToolCallFormat, options: RenderOptions) -> None:
     """Reasoning switches a format without a reasoning block cannot honour."""
-    if thinking and fmt.reasoning_open is None:
+    if options.thinking and fmt.reasoning_open is None:
         raise template_error("thinking", f"{fmt.name} has no reasoning block")
-    if reasoning_effort is not None:
+    if options.reasoning_effort is not None:
         raise template_error("reasoning_effort", f"not supported by {fmt.name}")
 
 
