@@ -21,6 +21,7 @@ import importlib
 import importlib.util
 import json
 import random
+import re
 import zlib
 from collections.abc import Iterator
 from functools import cache
@@ -117,6 +118,8 @@ def consumes(grammar: str, ids: list[int], smol: SmolTokenizer) -> bool:
 
 # ---- rendered calls ----------------------------------------------------------------------
 
+_LLG_JSON_GAP = re.compile(r"\\u[0-9a-fA-F]{4}|\x7f")
+
 FORBIDDEN = {
     "dsml-v4": ["｜"],
     "dsml-v3.2": ["｜"],
@@ -163,6 +166,9 @@ def test_rendered_calls_are_consumed_by_the_grammar(fmt: str, smol: SmolTokenize
         tools, calls = case
         text = completion(fmt, tools, calls)
         assume(smol.encodable(text))
+        # llguidance 1.7.6's %json writes no \uXXXX escape and no raw DEL (strict xfails in
+        # test_constraints.py pin both): calls holding them are that known gap, not this test's
+        assume(not (get_format(fmt).family == "json" and _LLG_JSON_GAP.search(text)))
         ids = smol.encode(text)
         c = constraints.build(fmt, tools, "required", not single, None, smol.vocab)
         assert c is not None and consumes(c.grammar, ids, smol), text
