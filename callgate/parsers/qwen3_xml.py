@@ -16,7 +16,7 @@ the current state's markers skips the machine (text, reasoning and value fragmen
 text followed by the start of its end marker too). Inside tag text the machine can only
 hold text back until the tag ends, so deltas are collected unread until the newline that
 follows the tag arrives (at most _MAX_WAIT_CHARS), then read at once (`_wait_in_tag`).
-Markers and scanners come from qwen3_xml_syntax; typed values from qwen3_xml_values.
+Markers and their MarkerSets come from qwen3_xml_syntax; typed values from qwen3_xml_values.
 
 Decisions where the golden rules leave room, all documented here:
 * Content before the first call is trimmed (the template trims it); content without a
@@ -43,7 +43,7 @@ from typing import Any
 
 from callgate.formats import ToolCallFormat
 from callgate.parsers.base import CallIdFactory, ResultBuilder, Tools, tool_names, tool_schemas
-from callgate.parsers.qwen3_xml_syntax import NEEDS_ESCAPE, Call, Syntax, syntax_of
+from callgate.parsers.qwen3_xml_syntax import NEEDS_ESCAPE, Call, Syntax, choose, syntax_of
 from callgate.parsers.qwen3_xml_values import declared_types, decode, streams_as_text
 from callgate.types import (
     ArgumentsDelta,
@@ -306,7 +306,7 @@ class Qwen3XmlParser:
         sx = self._sx
         m = sx.content.pattern.search(buf, pos)
         if m is None:
-            end = sx.content.safe_end(buf, pos)
+            end = sx.content.hold_from(buf, pos)
             self._emit_content(buf[pos:end])
             return ~end
         i, tag = m.start(), m.group()
@@ -332,7 +332,7 @@ class Qwen3XmlParser:
         sx = self._sx
         m = sx.reasoning.pattern.search(buf, pos)
         if m is None:
-            end = sx.reasoning.safe_end(buf, pos)
+            end = sx.reasoning.hold_from(buf, pos)
             self._emit_reasoning(buf[pos:end])
             return ~end
         i, tag = m.start(), m.group()
@@ -351,7 +351,7 @@ class Qwen3XmlParser:
 
     def _between(self, buf: str, pos: int) -> int:
         sx = self._sx
-        option = sx.between.choose(buf, pos, (sx.sep + sx.call_open, sx.eos))
+        option = choose(sx.between, buf, pos, (sx.sep + sx.call_open, sx.eos))
         if option == "":
             return ~pos
         if option == sx.eos:
@@ -369,10 +369,10 @@ class Qwen3XmlParser:
         return pos
 
     def _stray(self, buf: str, pos: int) -> int:
-        scanner = self._sx.stray
-        m = scanner.pattern.search(buf, pos)
+        markers = self._sx.stray
+        m = markers.pattern.search(buf, pos)
         if m is None:
-            return ~scanner.safe_end(buf, pos)
+            return ~markers.hold_from(buf, pos)
         i = m.start()
         self._diagnose(
             "text_between_calls", "\\n<tool_call>", "text", self._stray_start, self._abs(i), self._stray_start
@@ -383,7 +383,7 @@ class Qwen3XmlParser:
         sx = self._sx
         m = sx.recover.pattern.search(buf, pos)
         if m is None:
-            return ~sx.recover.safe_end(buf, pos)
+            return ~sx.recover.hold_from(buf, pos)
         tag = m.group()
         if tag == sx.call_open:
             return self._open_call(m.start())
@@ -467,7 +467,7 @@ class Qwen3XmlParser:
 
     def _body(self, buf: str, pos: int) -> int:
         sx = self._sx
-        option = sx.body.choose(buf, pos, (sx.p_open, sx.fn_close, sx.call_close, sx.call_open, sx.eos))
+        option = choose(sx.body, buf, pos, (sx.p_open, sx.fn_close, sx.call_close, sx.call_open, sx.eos))
         if option == "":
             return ~pos
         if option == sx.p_open:
@@ -518,7 +518,7 @@ class Qwen3XmlParser:
         sx = self._sx
         m = sx.value.pattern.search(buf, pos)
         if m is None:
-            end = sx.value.safe_end(buf, pos)
+            end = sx.value.hold_from(buf, pos)
             self._value_text(buf[pos:end])
             return ~end
         i, tag = m.start(), m.group()
@@ -540,14 +540,14 @@ class Qwen3XmlParser:
             call.raw.append(delta)
             # argument fragments do not change the result: the builder needs not see them
             return [ArgumentsDelta(call.index, delta)] if call.value_streams else []
-        scanner = self._sx.value
-        start = scanner.starts.search(delta)
+        markers = self._sx.value
+        start = markers.starts.search(delta)
         if start is None:  # only characters to escape
             at = len(delta)
-        elif delta[start.start() :] in scanner.waiting:  # the start of the end marker, say
+        elif delta[start.start() :] in markers.waiting:  # the start of the end marker, say
             at = start.start()
-        elif scanner.pattern.search(delta) is None:  # a newline in the value, say
-            at = scanner.safe_end(delta, 0)
+        elif markers.pattern.search(delta) is None:  # a newline in the value, say
+            at = markers.hold_from(delta, 0)
         else:
             return self._read(delta)
         self._base += at
