@@ -68,7 +68,7 @@ def end_marker(fmt: ToolCallFormat) -> str:
 
 
 def value_markers(fmt: ToolCallFormat) -> list[str]:
-    """What ends or breaks a raw value for the parser (qwen3_xml_syntax: its value markers)
+    """What ends or breaks a raw value for the parser (qwen3_xml_syntax: its value scanner)
     beside the end marker."""
     m = fmt.markers
     sep = m["separator"]
