@@ -2,7 +2,7 @@
 
 Knows: the markers of the qwen3-xml spec, grouped into the MarkerSets (parsers/markers.py)
 each state searches, so a stream parser holds back at most the longest marker. Does not
-know: the grammar's states (qwen3_xml.py) or typed values.
+know: the grammar's states (qwen3_xml_text.py, qwen3_xml_block.py) or typed values.
 """
 
 from __future__ import annotations
