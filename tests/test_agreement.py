@@ -324,7 +324,7 @@ GOOD_CALL: list[tuple[str, dict[str, Any]]] = [("get_weather", {"city": "Paris",
 
 def _mutations(fmt: str, text: str, rng: random.Random) -> Iterator[tuple[str, str, bool]]:
     """(kind, mutated text, structural) near-misses of a good completion."""
-    markers = [m for m in get_format(fmt).markers.values() if m and m.strip() and m in text and len(m) > 2]
+    markers = [m for m in get_format(fmt).markers.texts() if m and m.strip() and m in text and len(m) > 2]
     for _ in range(6):
         marker = rng.choice(markers)
         at = text.index(marker) + rng.randrange(1, len(marker))

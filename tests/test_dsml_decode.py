@@ -79,7 +79,7 @@ def test_missing_final_eos_is_accepted(fmt: str) -> None:
 
 def _expand(text: str, fmt: str) -> str:
     spec = get_format(fmt)
-    subs = {"{D}": spec.markers["dsml"], "{B}": spec.markers["block"], "{OTHER}": OTHER_BLOCK[fmt]}
+    subs = {"{D}": spec.markers.dsml, "{B}": spec.markers.block, "{OTHER}": OTHER_BLOCK[fmt]}
     subs |= {"{EOS}": spec.eos, "{BOS}": spec.bos}
     for key, value in subs.items():
         text = text.replace(key, value)
@@ -125,7 +125,7 @@ _BLOCK = (
 @pytest.mark.parametrize("fmt", sorted(OTHER_BLOCK))
 def test_truncated_anywhere_inside_the_block(fmt: str) -> None:
     full = "Checking." + _expand(_BLOCK, fmt)
-    start = full.index("<", len("Checking.")) + len(get_format(fmt).markers["dsml"]) + 1
+    start = full.index("<", len("Checking.")) + len(get_format(fmt).markers.dsml) + 1
     for cut in range(start, len(full)):
         result = parse(fmt, full[:cut])
         assert [d.code for d in result.diagnostics] == ["unterminated_block"], cut

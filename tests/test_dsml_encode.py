@@ -130,7 +130,7 @@ def test_tools_without_system_message_open_the_prompt(fmt: str) -> None:
     prompt = render(fmt, [{"role": "user", "content": "hi"}], [WEATHER])
     spec = get_format(fmt)
     assert prompt.startswith(spec.bos + "\n\n## Tools\n")
-    assert prompt.index('"name": "get_weather"') < prompt.index(spec.markers["user"])
+    assert prompt.index('"name": "get_weather"') < prompt.index(spec.markers.user)
 
 
 @pytest.mark.parametrize("fmt", ["dsml-v3.2", "dsml-v4"])
@@ -159,7 +159,7 @@ def test_no_generation_header_when_asked(fmt: str) -> None:
     spec = get_format(fmt)
     with_header = render(fmt, msgs, thinking=True)
     without = render(fmt, msgs, thinking=True, add_generation_prompt=False)
-    assert with_header == without + spec.markers["assistant"] + "<think>"
+    assert with_header == without + spec.markers.assistant + "<think>"
 
 
 def test_v32_refuses_what_it_cannot_represent() -> None:

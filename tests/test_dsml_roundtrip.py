@@ -14,7 +14,7 @@ from tests.harness import assistant_completion, calls_of, check_split_invariance
 
 FORMATS = ["dsml-v3.2", "dsml-v4"]
 # Text a DSML string value cannot carry: its own closing tag, and the end of turn.
-FORBIDDEN = {f: (get_format(f).markers["param_close"], get_format(f).eos) for f in FORMATS}
+FORBIDDEN = {f: (get_format(f).markers.param_close, get_format(f).eos) for f in FORMATS}
 PROSE = st.text(alphabet=st.sampled_from([*"abc xyz.,!?\n\t'\"&>/{}[]", "é", "漢", "🙂"]), max_size=30)
 
 CONTEXT = [{"role": "system", "content": "You call tools."}, {"role": "user", "content": "Go."}]

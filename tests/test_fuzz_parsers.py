@@ -69,7 +69,7 @@ def fragments(format: str) -> tuple[str, ...]:
     """Texts a mutation inserts: the format's markers and special tokens, their halves, and
     hostile JSON / text bits."""
     fmt = get_format(format)
-    marks = [fmt.eos, fmt.call_trigger, fmt.bos, *fmt.special_tokens, *fmt.markers.values()]
+    marks = [fmt.eos, fmt.call_trigger, fmt.bos, *fmt.special_tokens, *fmt.markers.texts()]
     marks += [m for m in (fmt.reasoning_open, fmt.reasoning_close) if m]
     marks = [m for m in marks if m]
     halves = [m[: len(m) // 2] for m in marks if len(m) > 1]

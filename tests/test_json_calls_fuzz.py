@@ -31,7 +31,7 @@ WHOLE_CALLS = {
 
 def _pieces(format: str) -> list[str]:
     fmt = get_format(format)
-    markers = [fmt.eos, fmt.call_trigger, *fmt.special_tokens[:12], *fmt.markers.values()]
+    markers = [fmt.eos, fmt.call_trigger, *fmt.special_tokens[:12], *fmt.markers.texts()]
     markers += [m for m in (fmt.reasoning_open, fmt.reasoning_close) if m]
     short = [m for m in markers if len(m) < 40]
     return short + [m[: len(m) // 2] for m in short if len(m) > 1] + JSON_BITS + WHOLE_CALLS[format] * 8

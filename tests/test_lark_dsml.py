@@ -300,7 +300,7 @@ def test_samples_of_each_tool_parse_cleanly(fmt: str, index: int) -> None:
 
 
 def block(fmt: str, *invokes: str) -> str:
-    name = get_format(fmt).markers["block"]
+    name = get_format(fmt).markers.block
     return f"\n\n<{BAR}DSML{BAR}{name}>\n" + "\n".join(invokes) + f"\n</{BAR}DSML{BAR}{name}>"
 
 
@@ -325,11 +325,11 @@ def test_the_reference_block_is_admitted_and_near_misses_are_refused(fmt: str) -
     cat = [("owner", "true", "Ann"), ("kind", "true", "cat"), ("lives", "false", "9")]
     dog = [("owner", "true", "Bob"), ("kind", "true", "dog"), ("bark", "true", "woof")]
     assert accepts(g, block(fmt, invoke("adopt", *cat))) and accepts(g, block(fmt, invoke("adopt", *dog)))
-    other = "tool_calls" if get_format(fmt).markers["block"] == "function_calls" else "function_calls"
+    other = "tool_calls" if get_format(fmt).markers.block == "function_calls" else "function_calls"
     misses = {
         "ascii bar": good.replace(BAR, "|", 1),
         "changed marker byte": good.replace("invoke", "invoka", 1),
-        "other version's block": good.replace(get_format(fmt).markers["block"], other),
+        "other version's block": good.replace(get_format(fmt).markers.block, other),
         "single newline before the block": good[1:],
         "bar in content": "a｜b",
         "think tag in content": "a<think>b",

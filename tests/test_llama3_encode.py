@@ -220,7 +220,7 @@ def test_refuses_what_it_cannot_represent(messages: list[dict[str, Any]], kwargs
 def test_empty_tool_list_counts_as_tools() -> None:
     prompt = render("llama3-json", [{"role": "user", "content": "q"}], [])
     assert "Environment: ipython\n" in prompt
-    assert LLAMA3_JSON.markers["tools_in_user_prefix"] + "q<|eot_id|>" in prompt
+    assert LLAMA3_JSON.markers.tools_in_user_prefix + "q<|eot_id|>" in prompt
     assert "Environment" not in render("llama3-json", [{"role": "user", "content": "q"}], None)
 
 

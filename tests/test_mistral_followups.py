@@ -154,7 +154,7 @@ ANY_OBJECT = {"type": "object", "properties": {}}
 def tool_list(tools: list[dict[str, Any]]) -> list[Any]:
     prompt = render("mistral", [{"role": "user", "content": "ping"}], tools=tools)
     fmt = get_format("mistral")
-    body = prompt.split(fmt.markers["tools_open"], 1)[1].split(fmt.markers["tools_close"], 1)[0]
+    body = prompt.split(fmt.markers.tools_open, 1)[1].split(fmt.markers.tools_close, 1)[0]
     listed: list[Any] = json.loads(body)
     return listed
 

@@ -110,7 +110,7 @@ def test_dsml_v4_heads_use_the_models_task_tokens() -> None:
     spec = get_format("dsml-v4")
     assert head_prompt("dsml-v4", CHAT, "query").text.endswith(CHAT[-1]["content"] + spec.quick_tasks["query"])
     action = head_prompt("dsml-v4", CHAT, "action").text
-    assert action.endswith(spec.markers["assistant"] + "</think>" + spec.quick_tasks["action"])
+    assert action.endswith(spec.markers.assistant + "</think>" + spec.quick_tasks["action"])
 
 
 # ---- grammars and decoding -------------------------------------------------------------------

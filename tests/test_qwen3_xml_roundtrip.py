@@ -7,7 +7,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from callgate.formats import get_format
+from callgate.formats import Qwen3XmlMarkers, get_format
 from callgate.parsers import parse, sequential_call_ids, stream_parser
 from callgate.templates.qwen3_xml import neutralise
 from callgate.types import ParseResult
@@ -15,9 +15,9 @@ from tests.harness import assistant_completion, calls_of, check_split_invariance
 
 FORMAT = "qwen3-xml"
 FMT = get_format(FORMAT)
-M = FMT.markers
+M = FMT.markers_as(Qwen3XmlMarkers)
 # Value texts the format cannot write (the renderer refuses them); "<|" covers every control token.
-FORBIDDEN = (M["parameter_close"], M["parameter_open"], M["function_close"], M["call_open"], M["call_close"], "<|")
+FORBIDDEN = (M.parameter_close, M.parameter_open, M.function_close, M.call_open, M.call_close, "<|")
 CONTEXT = [{"role": "user", "content": "Do it."}]
 CONTENT = st.one_of(st.none(), st.text(max_size=30))
 
@@ -57,14 +57,14 @@ def test_plain_answer_round_trips_untrimmed(content: str) -> None:
 
 _PIECES = st.sampled_from(
     [
-        M["call_open"],
-        M["call_close"],
-        M["function_open"],
-        M["function_close"],
-        M["parameter_open"],
-        M["parameter_close"],
-        M["think_open"],
-        M["think_close"],
+        M.call_open,
+        M.call_close,
+        M.function_open,
+        M.function_close,
+        M.parameter_open,
+        M.parameter_close,
+        M.think_open,
+        M.think_close,
         FMT.eos,
         "\n",
         ">",
@@ -130,7 +130,7 @@ def test_hold_back_stays_bounded() -> None:
     )
     tools = [{"type": "function", "function": {"name": "write_file", "parameters": {"type": "object"}}}]
     parser = stream_parser(FORMAT, tools, call_ids=sequential_call_ids())
-    longest = max(len(m) for m in (*M.values(), FMT.eos))
+    longest = max(len(m) for m in (*M.texts(), FMT.eos))
     held_max = 0
     for ch in text:
         parser.feed(ch)

@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from callgate.formats import get_format
+from callgate.formats import call_id_pattern, get_format
 from callgate.serving.app import create_app
 from callgate.serving.conform import call_id_factory, conform_call_ids
 from callgate.serving.fake_engine import FakeEngine
@@ -244,7 +244,7 @@ async def test_mistral_repair_round_renders_valid_ids(harness: Any) -> None:
 
 
 def test_conformed_ids_are_in_the_spec_form_and_stable() -> None:
-    pattern = re.compile(get_format("mistral").markers["call_id_pattern"])
+    pattern = re.compile(call_id_pattern(get_format("mistral")))
     history = _history("call_abc123", "call_abc124", "Wq3pZ8rLm")
     once = conform_call_ids("mistral", history)
     assert all(pattern.fullmatch(i) for i in _rendered_ids(json.dumps(once))[0])

@@ -20,7 +20,7 @@ from callgate.constraints.request import ToolSpec
 from callgate.constraints.text import alternation, literal, text_without
 from callgate.constraints.values import check_whole, json_values, raw_string, resolve, split_string
 from callgate.errors import SchemaTooComplexError
-from callgate.formats import ToolCallFormat
+from callgate.formats import DsmlMarkers, ToolCallFormat
 
 BAR = "\uff5c"
 
@@ -48,16 +48,16 @@ def _think(fmt: ToolCallFormat) -> list[str]:
 
 def calls(fmt: ToolCallFormat, tools: Sequence[ToolSpec], *, parallel: bool) -> str:
     """The whole block, from the blank line that introduces it to its closing tag."""
-    m = fmt.markers
+    m = fmt.markers_as(DsmlMarkers)
     invoke = alternation(_invoke(fmt, t) for t in tools)
     invokes = f"{invoke}(?:\n{invoke})*" if parallel else invoke
-    return literal(m["call_prefix"] + m["block_open"] + "\n") + invokes + literal("\n" + m["block_close"])
+    return literal(m.call_prefix + m.block_open + "\n") + invokes + literal("\n" + m.block_close)
 
 
 def _invoke(fmt: ToolCallFormat, tool: ToolSpec) -> str:
-    m = fmt.markers
-    head = literal(m["invoke_open"] + tool.name + m["tag_end"] + "\n")
-    return head + _params(fmt, tool) + literal("\n" + m["invoke_close"])
+    m = fmt.markers_as(DsmlMarkers)
+    head = literal(m.invoke_open + tool.name + m.tag_end + "\n")
+    return head + _params(fmt, tool) + literal("\n" + m.invoke_close)
 
 
 def _params(fmt: ToolCallFormat, tool: ToolSpec) -> str:
@@ -75,18 +75,18 @@ def _params(fmt: ToolCallFormat, tool: ToolSpec) -> str:
 
 
 def _param(fmt: ToolCallFormat, key: str, schema: Any, root: Mapping[str, Any], path: str) -> str | None:
-    m = fmt.markers
+    m = fmt.markers_as(DsmlMarkers)
     check_whole(schema, root, path)
     strings, others = split_string(resolve(schema, root, path), root)
-    open_ = literal(m["param_open"] + key + m["string_attr"])
-    close = literal(m["param_close"])
+    open_ = literal(m.param_open + key + m.string_attr)
+    close = literal(m.param_close)
     alts = []
     text = None if strings is None else raw_string(strings, (), BAR, path)
     if text is not None:
-        alts.append(literal("true" + m["tag_end"]) + text)
+        alts.append(literal("true" + m.tag_end) + text)
     rest = json_values(others, root, path)
     if rest is not None:
-        alts.append(literal("false" + m["tag_end"]) + rest)
+        alts.append(literal("false" + m.tag_end) + rest)
     return open_ + alternation(alts) + close if alts else None
 
 

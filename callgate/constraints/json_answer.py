@@ -28,7 +28,7 @@ from typing import Any
 from callgate.constraints.json_schema import ANNOTATIONS, STRING, STRING_CHAR, WS, Context, schema_regex, value_regex
 from callgate.constraints.text import literal
 from callgate.errors import SchemaTooComplexError
-from callgate.formats import ToolCallFormat
+from callgate.formats import Llama3Markers, ToolCallFormat
 from callgate.schema_ref import RefError, ref_target
 
 _PATH = "response_format"
@@ -37,9 +37,10 @@ _REF_DEPTH = 8
 
 def answer_regex(fmt: ToolCallFormat, schema: Mapping[str, Any]) -> str:
     """The regex of the JSON answers under `schema` that the parser reads as the answer."""
-    if fmt.markers.get("call_layout") != "single":
+    m = fmt.markers
+    if not isinstance(m, Llama3Markers):  # only the "single" call layout reads an answer as a call
         return schema_regex(schema, Context(root=schema), _PATH)
-    name, arguments = fmt.markers["name_key"], fmt.markers["arguments_key"]
+    name, arguments = m.name_key, m.arguments_key
     ordered = _arguments_first(schema, name, arguments)
     assert isinstance(ordered, Mapping)
     if _is_free_object(ordered):

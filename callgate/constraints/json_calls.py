@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from callgate.constraints.json_schema import WS, Context, const_regex, object_regex, tool_param
 from callgate.constraints.request import ToolSpec
 from callgate.constraints.text import alternation, collapse_numbered, literal, text_without
-from callgate.formats import ToolCallFormat
+from callgate.formats import HermesMarkers, Llama3Markers, MistralMarkers, ToolCallFormat, call_id_pattern, json_markers
 
 
 def _arguments(tool: ToolSpec) -> str:
@@ -28,9 +28,9 @@ def _key(name: str) -> str:
 
 
 def _call_object(tool: ToolSpec, fmt: ToolCallFormat, extra: str = "") -> str:
-    m = fmt.markers
-    name = f"{_key(m['name_key'])}{const_regex(tool.name)}"
-    arguments = f"{_key(m['arguments_key'])}{_arguments(tool)}"
+    m = json_markers(fmt)
+    name = f"{_key(m.name_key)}{const_regex(tool.name)}"
+    arguments = f"{_key(m.arguments_key)}{_arguments(tool)}"
     return rf"\{{{WS}{name}{WS},{WS}{arguments}{extra}{WS}\}}"
 
 
@@ -51,15 +51,16 @@ def _collapsed(tokens: tuple[str, ...]) -> tuple[str, ...]:
 def content_markers(fmt: ToolCallFormat) -> list[str]:
     """What content may not hold (also a lazy row's text before its trigger): control
     tokens, and in the single layout a call object."""
-    if fmt.markers["call_layout"] == "single":
-        return [*_control(fmt), fmt.markers["call_in_text"]]
+    m = json_markers(fmt)
+    if isinstance(m, Llama3Markers):  # the "single" layout
+        return [*_control(fmt), m.call_in_text]
     return _control(fmt)
 
 
 def content(fmt: ToolCallFormat) -> str:
     """Free text the parser reads as content (at least one character): no control token,
     no call syntax."""
-    if fmt.markers["call_layout"] == "single":
+    if json_markers(fmt).call_layout == "single":
         # Output starting with <|python_tag|>, { or [ is a call; a call object later on
         # is text_before_call.
         return rf"[^{{\[<]{text_without(content_markers(fmt))}"
@@ -87,7 +88,7 @@ def leading_reasoning(fmt: ToolCallFormat) -> str:
 
 def calls(fmt: ToolCallFormat, tools: Sequence[ToolSpec], *, parallel: bool) -> str:
     """One call (parallel=False) or one or more, starting with the format's call trigger."""
-    layout = fmt.markers["call_layout"]
+    layout = json_markers(fmt).call_layout
     if layout == "single":
         # The template writes no <|python_tag|> (the parser accepts one); one call only.
         return alternation(_call_object(t, fmt) for t in tools)
@@ -97,20 +98,20 @@ def calls(fmt: ToolCallFormat, tools: Sequence[ToolSpec], *, parallel: bool) -> 
 
 
 def _object_calls(fmt: ToolCallFormat, tools: Sequence[ToolSpec], parallel: bool) -> str:
-    m = fmt.markers
+    m = fmt.markers_as(HermesMarkers)
     body = alternation(_call_object(t, fmt) for t in tools)
-    block = literal(m["block_open"] + "\n") + body + literal("\n" + m["block_close"])
-    return f"{block}(?:{literal(m['call_separator'])}{block})*" if parallel else block
+    block = literal(m.block_open + "\n") + body + literal("\n" + m.block_close)
+    return f"{block}(?:{literal(m.call_separator)}{block})*" if parallel else block
 
 
 def _list_calls(fmt: ToolCallFormat, tools: Sequence[ToolSpec], parallel: bool) -> str:
-    m = fmt.markers
-    call_id = f'(?:{WS},{WS}{_key(m["id_key"])}"{m["call_id_pattern"]}")?'
+    m = fmt.markers_as(MistralMarkers)
+    call_id = f'(?:{WS},{WS}{_key(m.id_key)}"{call_id_pattern(fmt)}")?'
     obj = alternation(_call_object(t, fmt, call_id) for t in tools)
     items = f"{obj}(?:{WS},{WS}{obj})*" if parallel else obj
-    return literal(m["calls"]) + rf"\[{WS}{items}{WS}\]"
+    return literal(m.calls) + rf"\[{WS}{items}{WS}\]"
 
 
 def lazy_ok(fmt: ToolCallFormat) -> bool:
     """Whether content may precede a call (so free text up to the trigger is fine)."""
-    return bool(fmt.markers["call_layout"] != "single")
+    return bool(json_markers(fmt).call_layout != "single")

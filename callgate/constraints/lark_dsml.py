@@ -42,7 +42,7 @@ from callgate.constraints.lark_schema import prepare, rebase
 from callgate.constraints.lark_text import Builder, lit
 from callgate.constraints.request import ToolSpec
 from callgate.errors import SchemaTooComplexError
-from callgate.formats import ToolCallFormat
+from callgate.formats import DsmlMarkers, ToolCallFormat
 
 BAR = dsml.BAR
 content_markers = dsml.content_markers
@@ -81,7 +81,7 @@ def calls(fmt: ToolCallFormat, tools: Sequence[ToolSpec], *, parallel: bool, b: 
     """The calls block after its trigger: one invoke (parallel=False) or more, one per line,
     then the closing tag. Raises SchemaTooComplexError naming every keyword the grammar
     cannot enforce."""
-    m = fmt.markers
+    m = fmt.markers_as(DsmlMarkers)
     bad: list[str] = []
     prepared = [prepare(t.parameters, tool_param(t.index), object_only=True) for t in tools]
     invokes = [_invoke(fmt, t, p, b, bad) for t, p in zip(tools, prepared, strict=True)]
@@ -98,13 +98,13 @@ def calls(fmt: ToolCallFormat, tools: Sequence[ToolSpec], *, parallel: bool, b: 
     invoke = b.rule("invoke", " | ".join(i for i in invokes if i is not None))
     nl = lit("\n")
     more = f" ({nl} {invoke})*" if parallel else ""
-    assert fmt.call_trigger == m["call_prefix"] + m["block_open"]
-    return Calls(fmt.call_trigger, b.rule("calls_rest", f"{nl} {invoke}{more} {nl} {b.marker(m['block_close'])}"))
+    assert fmt.call_trigger == m.call_prefix + m.block_open
+    return Calls(fmt.call_trigger, b.rule("calls_rest", f"{nl} {invoke}{more} {nl} {b.marker(m.block_close)}"))
 
 
 def _invoke(fmt: ToolCallFormat, tool: ToolSpec, prepared: Mapping[str, Any], b: Builder, bad: list[str]) -> str | None:
     """One invoke of `tool`, or None when no call of it can be written."""
-    m = fmt.markers
+    m = fmt.markers_as(DsmlMarkers)
     path = tool_param(tool.index)
     if _NAME_STOP & set(tool.name) or BAR in tool.name or not tool.name:
         bad.append(f"tools[{tool.index}].function.name")
@@ -120,8 +120,8 @@ def _invoke(fmt: ToolCallFormat, tool: ToolSpec, prepared: Mapping[str, Any], b:
         sets.append(_members(b, [(p, mem.required) for p, mem in params if p is not None]))
     if not sets:
         return None
-    head = lit(m["invoke_open"] + tool.name + m["tag_end"] + "\n")
-    return b.rule("invoke", f"{head} ({' | '.join(sets)}) {lit(chr(10))} {b.marker(m['invoke_close'])}")
+    head = lit(m.invoke_open + tool.name + m.tag_end + "\n")
+    return b.rule("invoke", f"{head} ({' | '.join(sets)}) {lit(chr(10))} {b.marker(m.invoke_close)}")
 
 
 def _members(b: Builder, params: Sequence[tuple[str, bool]]) -> str:
@@ -158,24 +158,24 @@ def _param(
 ) -> str | None:
     """One parameter tag, string="true" and/or string="false" as its schemas allow; None
     when no value fits (or the key cannot be written)."""
-    m = fmt.markers
+    m = fmt.markers_as(DsmlMarkers)
     if _NAME_STOP & set(mem.key) or BAR in mem.key:
         if mem.required:
             bad.append(path)
         return None
     alts: list[str] = []
     raw = _raw(mem.schemas, root, path, bad)
-    close = lit(m["param_close"])
+    close = lit(m.param_close)
     if raw is not None:
         body = b.terminal("raw", _no_bar() if raw == ANY else f"({_no_bar()}) & ({raw})")
         value = b.rule("raw_value", f"{body} {close}", lazy=True)
-        alts.append(f"{lit('true' + m['tag_end'])} {value}")
+        alts.append(f"{lit('true' + m.tag_end)} {value}")
     doc = _json_part(mem.schemas, root, path, defs)
     if doc is not None:
-        alts.append(f"{lit('false' + m['tag_end'])} {b.json(doc)} {close}")
+        alts.append(f"{lit('false' + m.tag_end)} {b.json(doc)} {close}")
     if not alts:
         return None
-    return b.rule("param", f"{lit(m['param_open'] + mem.key + m['string_attr'])} ({' | '.join(alts)})")
+    return b.rule("param", f"{lit(m.param_open + mem.key + m.string_attr)} ({' | '.join(alts)})")
 
 
 def _no_bar() -> str:

@@ -26,7 +26,7 @@ from callgate.constraints.json_schema import tool_param
 from callgate.constraints.lark_schema import prepare, rebase
 from callgate.constraints.lark_text import Builder, lit
 from callgate.constraints.request import ToolSpec
-from callgate.formats import ToolCallFormat
+from callgate.formats import HermesMarkers, MistralMarkers, ToolCallFormat, call_id_pattern, json_markers
 
 content_markers = json_calls.content_markers
 reasoning_markers = json_calls.reasoning_markers
@@ -50,17 +50,17 @@ def call_schema(fmt: ToolCallFormat, tools: Sequence[ToolSpec], *, with_id: bool
     """One JSON schema for a call object to any of `tools`: an `anyOf` of `{name: const,
     arguments: parameters}` objects (keys in the format's order), each tool's parameters
     placed under `$defs` with their `$ref`s re-rooted there."""
-    m = fmt.markers
+    m = json_markers(fmt)
     defs: dict[str, Any] = {}
     branches: list[dict[str, Any]] = []
     for tool in tools:
         slot = f"args_{len(defs)}"
         args = prepare(tool.parameters, tool_param(tool.index), object_only=True)
         defs[slot] = rebase(args, f"#/$defs/{slot}")
-        props: dict[str, Any] = {m["name_key"]: {"const": tool.name}, m["arguments_key"]: {"$ref": f"#/$defs/{slot}"}}
+        props: dict[str, Any] = {m.name_key: {"const": tool.name}, m.arguments_key: {"$ref": f"#/$defs/{slot}"}}
         if with_id:
-            props[m["id_key"]] = {"type": "string", "pattern": f"^{m['call_id_pattern']}$"}
-        required = [m["name_key"], m["arguments_key"]]
+            props[fmt.markers_as(MistralMarkers).id_key] = {"type": "string", "pattern": f"^{call_id_pattern(fmt)}$"}
+        required = [m.name_key, m.arguments_key]
         branches.append({"type": "object", "properties": props, "required": required, "additionalProperties": False})
     doc: dict[str, Any] = branches[0] if len(branches) == 1 else {"anyOf": branches}
     return {**doc, "$defs": defs}
@@ -68,7 +68,7 @@ def call_schema(fmt: ToolCallFormat, tools: Sequence[ToolSpec], *, with_id: bool
 
 def calls(fmt: ToolCallFormat, tools: Sequence[ToolSpec], *, parallel: bool, b: Builder) -> Calls:
     """One call (parallel=False) or one or more, starting with the format's call trigger."""
-    layout = fmt.markers["call_layout"]
+    layout = json_markers(fmt).call_layout
     if layout == "single":
         # The template writes no <|python_tag|> (the parser accepts one); one call only.
         body = b.json(call_schema(fmt, tools))
@@ -79,19 +79,19 @@ def calls(fmt: ToolCallFormat, tools: Sequence[ToolSpec], *, parallel: bool, b: 
 
 
 def _object_calls(fmt: ToolCallFormat, tools: Sequence[ToolSpec], parallel: bool, b: Builder) -> Calls:
-    m = fmt.markers
+    m = fmt.markers_as(HermesMarkers)
     body = b.json(call_schema(fmt, tools))
-    inner = f"{lit(chr(10))} {body} {lit(chr(10))} {b.marker(m['block_close'])}"
-    block = b.rule("call_block", f"{b.marker(m['block_open'])} {inner}")
-    more = f" ({lit(m['call_separator'])} {block})*" if parallel else ""
-    return Calls(m["block_open"], b.rule("calls_rest", inner + more))
+    inner = f"{lit(chr(10))} {body} {lit(chr(10))} {b.marker(m.block_close)}"
+    block = b.rule("call_block", f"{b.marker(m.block_open)} {inner}")
+    more = f" ({lit(m.call_separator)} {block})*" if parallel else ""
+    return Calls(m.block_open, b.rule("calls_rest", inner + more))
 
 
 def _list_calls(fmt: ToolCallFormat, tools: Sequence[ToolSpec], parallel: bool, b: Builder) -> Calls:
-    m = fmt.markers
+    m = fmt.markers_as(MistralMarkers)
     obj = b.json(call_schema(fmt, tools, with_id=True))
     items = f"{obj} ({lit(', ')} {obj})*" if parallel else obj
-    return Calls(m["calls"], b.rule("calls_rest", f'"[" {items} "]"'))
+    return Calls(m.calls, b.rule("calls_rest", f'"[" {items} "]"'))
 
 
 def reasoning(fmt: ToolCallFormat, b: Builder) -> str:
@@ -106,6 +106,6 @@ def content(fmt: ToolCallFormat, b: Builder) -> str:
     """Free text the parser reads as content: no control token; in the single layout
     (llama3-json) nothing that starts like a call (`{`, `[`, `<|python_tag|>`)."""
     markers = content_markers(fmt)
-    if fmt.markers["call_layout"] == "single":
+    if json_markers(fmt).call_layout == "single":
         return b.terminal("content", f"/[^{{\\[<]/ ({b.text('content_rest', markers)})")
     return b.text("content", markers)

@@ -42,7 +42,7 @@ from callgate.constraints.lark_text import ANY, Builder, lit, regex_literal
 from callgate.constraints.qwen3_xml import _takes_all
 from callgate.constraints.values import resolve
 from callgate.errors import SchemaTooComplexError
-from callgate.formats import ToolCallFormat
+from callgate.formats import Qwen3XmlMarkers, ToolCallFormat
 from callgate.parsers.qwen3_xml_values import FIRST_CHARS, RAW, SPELLINGS, decode
 from callgate.schema_ref import RefError, follow_refs
 
@@ -63,16 +63,16 @@ _MAX_REFS = 8  # a string schema's `$ref`s followed at most this deep (a cycle a
 
 
 def end_marker(fmt: ToolCallFormat) -> str:
-    m = fmt.markers
-    return m["separator"] + m["parameter_close"]
+    m = fmt.markers_as(Qwen3XmlMarkers)
+    return m.separator + m.parameter_close
 
 
 def value_markers(fmt: ToolCallFormat) -> list[str]:
     """What ends or breaks a raw value for the parser (qwen3_xml_syntax: its value scanner)
     beside the end marker."""
-    m = fmt.markers
-    sep = m["separator"]
-    return [sep + m["parameter_open"], m["function_close"], m["call_open"], m["call_close"], fmt.eos]
+    m = fmt.markers_as(Qwen3XmlMarkers)
+    sep = m.separator
+    return [sep + m.parameter_open, m.function_close, m.call_open, m.call_close, fmt.eos]
 
 
 def value(

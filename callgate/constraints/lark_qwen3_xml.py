@@ -42,7 +42,7 @@ from callgate.constraints.lark_schema import prepare
 from callgate.constraints.lark_text import Builder, lit
 from callgate.constraints.request import ToolSpec
 from callgate.errors import SchemaTooComplexError
-from callgate.formats import ToolCallFormat
+from callgate.formats import Qwen3XmlMarkers, ToolCallFormat
 from callgate.parsers.qwen3_xml_values import declared_types
 from callgate.schema_ref import RefError, follow_refs
 
@@ -74,15 +74,15 @@ def content(fmt: ToolCallFormat, b: Builder) -> str:
 
 def calls(fmt: ToolCallFormat, tools: Sequence[ToolSpec], *, parallel: bool, b: Builder) -> Calls:
     """One call (parallel=False) or one or more, after the `<tool_call>` trigger."""
-    m = fmt.markers
+    m = fmt.markers_as(Qwen3XmlMarkers)
     call = b.rule("any_call", " | ".join(_call(fmt, tool, b) for tool in tools))
-    more = f" ({lit(m['separator'])} {b.marker(m['call_open'])} {call})*" if parallel else ""
-    return Calls(m["call_open"], b.rule("calls_rest", call + more))
+    more = f" ({lit(m.separator)} {b.marker(m.call_open)} {call})*" if parallel else ""
+    return Calls(m.call_open, b.rule("calls_rest", call + more))
 
 
 def _call(fmt: ToolCallFormat, tool: ToolSpec, b: Builder) -> str:
-    m = fmt.markers
-    sep = m["separator"]
+    m = fmt.markers_as(Qwen3XmlMarkers)
+    sep = m.separator
     path = tool_param(tool.index)
     if not _NAME.fullmatch(tool.name):
         raise SchemaTooComplexError(
@@ -92,8 +92,8 @@ def _call(fmt: ToolCallFormat, tool: ToolSpec, b: Builder) -> str:
     sets = [a for s in parameter_sets(tool.parameters, path) if (a := _arguments(fmt, s, path, b)) is not None]
     if not sets:
         raise SchemaTooComplexError(f"the parameters at {path} admit no arguments qwen3-xml can write", param=path)
-    head = lit(sep + m["function_open"] + tool.name + m["tag_end"] + sep)
-    tail = f"{lit(m['function_close'] + sep)} {b.marker(m['call_close'])}"
+    head = lit(sep + m.function_open + tool.name + m.tag_end + sep)
+    tail = f"{lit(m.function_close + sep)} {b.marker(m.call_close)}"
     return b.rule("call", f"{head} ({' | '.join(sets)}) {tail}")
 
 
@@ -178,8 +178,8 @@ def _merge(into: ParameterSet, part: Any, root: Mapping[str, Any], path: str) ->
 
 def _arguments(fmt: ToolCallFormat, params: ParameterSet, path: str, b: Builder) -> str | None:
     """The rule of the parameters of one set, or None when a required one cannot be written."""
-    m = fmt.markers
-    sep = m["separator"]
+    m = fmt.markers_as(Qwen3XmlMarkers)
+    sep = m.separator
     members: list[tuple[str, bool]] = []  # (rule, required), required first
     for key, schemas in params.schemas.items():
         where = f"{path}.properties.{key}"
@@ -189,7 +189,7 @@ def _arguments(fmt: ToolCallFormat, params: ParameterSet, path: str, b: Builder)
             if key in params.required:
                 return None
             continue
-        tag = lit(m["parameter_open"] + key + m["tag_end"] + sep)
+        tag = lit(m.parameter_open + key + m.tag_end + sep)
         members.append((b.rule("param", f"{tag} {rule} {lit(sep)}"), key in params.required))
     required = sum(req for _, req in members)
     if params.min_count > len(members) or (params.max_count is not None and params.max_count < required):

@@ -43,7 +43,7 @@ from callgate.constraints.values import (
     unreserved_string,
 )
 from callgate.errors import SchemaTooComplexError
-from callgate.formats import ToolCallFormat
+from callgate.formats import Qwen3XmlMarkers, ToolCallFormat
 from callgate.parsers.qwen3_xml_values import FIRST_CHARS, RAW, SPELLINGS, declared_types, decode
 from callgate.schema_ref import RefError, follow_refs
 
@@ -54,15 +54,15 @@ def _value_markers(fmt: ToolCallFormat) -> list[str]:
     """What ends or breaks a raw value for the parser (section 6.4). Control-token text is
     fine inside a value, and every extra marker costs the compiled Index a state in which
     most of the vocabulary is allowed."""
-    m = fmt.markers
-    return [m["parameter_close"], m["parameter_open"], m["function_close"], m["call_open"], m["call_close"]]
+    m = fmt.markers_as(Qwen3XmlMarkers)
+    return [m.parameter_close, m.parameter_open, m.function_close, m.call_open, m.call_close]
 
 
 def content_markers(fmt: ToolCallFormat) -> list[str]:
     """What content may not hold (also a lazy row's text before its trigger): control
     tokens and stray call tags."""
-    m = fmt.markers
-    return [*fmt.special_tokens, m["function_open"], m["function_close"], m["parameter_open"], m["parameter_close"]]
+    m = fmt.markers_as(Qwen3XmlMarkers)
+    return [*fmt.special_tokens, m.function_open, m.function_close, m.parameter_open, m.parameter_close]
 
 
 def content(fmt: ToolCallFormat) -> str:
@@ -77,21 +77,21 @@ def reasoning(fmt: ToolCallFormat) -> str:
 
 def calls(fmt: ToolCallFormat, tools: Sequence[ToolSpec], *, parallel: bool) -> str:
     call = alternation(_call(fmt, t) for t in tools)
-    sep = literal(fmt.markers["separator"])
+    sep = literal(fmt.markers_as(Qwen3XmlMarkers).separator)
     return f"{call}(?:{sep}{call})*" if parallel else call
 
 
 def _call(fmt: ToolCallFormat, tool: ToolSpec) -> str:
-    m = fmt.markers
-    head = literal(m["call_open"] + "\n" + m["function_open"] + tool.name + m["tag_end"] + "\n")
-    tail = literal(m["function_close"] + "\n" + m["call_close"])
+    m = fmt.markers_as(Qwen3XmlMarkers)
+    head = literal(m.call_open + "\n" + m.function_open + tool.name + m.tag_end + "\n")
+    tail = literal(m.function_close + "\n" + m.call_close)
     path = tool_param(tool.index)
     props, required = object_properties(tool.parameters, path)
     members = []
     for key, schema in props.items():
         value = _value(fmt, schema, tool.parameters, at(path, "properties", key))
-        param = literal(m["parameter_open"] + key + m["tag_end"] + "\n") + value
-        members.append((param + literal("\n" + m["parameter_close"] + "\n"), key in required))
+        param = literal(m.parameter_open + key + m.tag_end + "\n") + value
+        members.append((param + literal("\n" + m.parameter_close + "\n"), key in required))
     return head + ordered_members(members, "") + tail
 
 

@@ -122,7 +122,7 @@ def format_closers(format: str) -> tuple[bytes, ...]:
     fmt = FORMATS.get(format)
     texts = set(JSON_CLOSERS)
     if fmt is not None:
-        marks = [v for k, v in fmt.markers.items() if k in _CLOSING_KEYS and isinstance(v, str)]
+        marks = [v for k, v in fmt.markers.named_texts() if k in _CLOSING_KEYS]
         marks += [fmt.reasoning_close] if fmt.reasoning_close else []
         # a call's own opening marker (not llama3-json's `{"name": `, which opens free JSON):
         # from a grammar's start it beats an empty reasoning block the letters would spell

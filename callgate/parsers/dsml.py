@@ -29,7 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum, auto
 
-from callgate.formats import ToolCallFormat
+from callgate.formats import DsmlMarkers, ToolCallFormat
 from callgate.parsers.base import CallIdFactory, ResultBuilder, StreamParser, Tools, tool_names
 from callgate.parsers.dsml_block import HELD_DISTINCT, HELD_SHORT, BlockReader
 from callgate.parsers.dsml_scan import Buffer, match_literals, scan
@@ -83,11 +83,11 @@ def text_syntax(fmt: ToolCallFormat) -> TextSyntax:
     known = _SYNTAX.get(fmt.name)
     if known is not None and known.fmt is fmt:
         return known
-    m = fmt.markers
-    trigger = fmt.call_trigger[: fmt.call_trigger.index(m["dsml"]) + len(m["dsml"])]
-    glued = trigger.removeprefix(m["call_prefix"])
+    m = fmt.markers_as(DsmlMarkers)
+    trigger = fmt.call_trigger[: fmt.call_trigger.index(m.dsml) + len(m.dsml)]
+    glued = trigger.removeprefix(m.call_prefix)
     think = (fmt.reasoning_open or "<think>", fmt.reasoning_close or "</think>")
-    markers = MarkerSet.of((trigger, glued, m["dsml"], fmt.eos, fmt.bos, *think))
+    markers = MarkerSet.of((trigger, glued, m.dsml, fmt.eos, fmt.bos, *think))
     known = TextSyntax(fmt, trigger, glued, markers)
     _SYNTAX[fmt.name] = known
     return known

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from callgate import strict_json
-from callgate.formats import ToolCallFormat
+from callgate.formats import DsmlMarkers, ToolCallFormat
 from callgate.parsers.base import CallIdFactory
 from callgate.parsers.dsml_block_syntax import BlockState as _S
 from callgate.parsers.dsml_block_syntax import block_syntax, escaped
@@ -49,7 +49,7 @@ class BlockReader:
     """Reads one calls block; `run` consumes what it can decide and returns the events."""
 
     def __init__(self, fmt: ToolCallFormat, first_index: int, call_ids: CallIdFactory) -> None:
-        m = fmt.markers
+        m = fmt.markers_as(DsmlMarkers)
         self._fmt, self._m = fmt, m
         self._call_ids = call_ids
         syntax = block_syntax(fmt)
@@ -158,10 +158,10 @@ class BlockReader:
 
     def _mismatch_code(self, best: int, common: int, first: str) -> str:
         m, s = self._m, self._state
-        param_tag = m["param_open"].index(" ")  # "<｜DSML｜parameter"
-        invoke_tag = m["invoke_open"].index(" ")  # "<｜DSML｜invoke"
+        param_tag = m.param_open.index(" ")  # "<｜DSML｜parameter"
+        invoke_tag = m.invoke_open.index(" ")  # "<｜DSML｜invoke"
         if s is _S.OPEN:
-            return "wrong_block_name" if common < len(m["block"]) else "bad_block_open"
+            return "wrong_block_name" if common < len(m.block) else "bad_block_open"
         if s is _S.FIRST_INVOKE:
             return "bad_invoke_name" if common >= invoke_tag else "bad_block_open"
         if s is _S.NEXT_INVOKE:
@@ -258,7 +258,7 @@ class BlockReader:
         events: list[Event] = []
         if self._is_str and text:
             events.append(ArgumentsDelta(self._index, escaped(text)))
-        close = self._m["param_close"]
+        close = self._m.param_close
         if marker == close:
             events += self._end_value()
             self._raw.append(close)
@@ -283,7 +283,7 @@ class BlockReader:
 
     def _open_invoke(self, at: int) -> list[Event]:
         self._invoke_start = at
-        self._raw = [self._m["invoke_open"]]
+        self._raw = [self._m.invoke_open]
         self._args = {}
         return self._goto(_S.NAME)
 

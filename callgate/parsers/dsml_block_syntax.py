@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import IntEnum, auto
 
-from callgate.formats import ToolCallFormat
+from callgate.formats import DsmlMarkers, ToolCallFormat
 from callgate.parsers.markers import MarkerSet
 
 
@@ -78,7 +78,7 @@ def block_syntax(fmt: ToolCallFormat) -> BlockSyntax:
         return known
     literals = _literal_table(fmt)
     pending = {state: _proper_prefixes([lit for lit, _ in alts] + [fmt.eos]) for state, alts in literals.items()}
-    ends = (fmt.markers["param_close"], fmt.eos)
+    ends = (fmt.markers_as(DsmlMarkers).param_close, fmt.eos)
     values = MarkerSet.of(ends)
     # one character class: measured faster than an alternation of two
     value_stop = re.compile("[" + "".join(sorted({re.escape(m[0]) for m in ends})) + _TO_ESCAPE.pattern[1:])
@@ -94,18 +94,18 @@ def _proper_prefixes(alternatives: Sequence[str]) -> frozenset[str]:
 
 def _literal_table(fmt: ToolCallFormat) -> Literals:
     """state -> its literal alternatives, each with the next state or an action name."""
-    m = fmt.markers
-    end = m["tag_end"]  # '">', right after a name or the string flag
+    m = fmt.markers_as(DsmlMarkers)
+    end = m.tag_end  # '">', right after a name or the string flag
     return {
-        _S.OPEN: ((m["block_open"].split(m["dsml"], 1)[1] + "\n", _S.FIRST_INVOKE),),
-        _S.FIRST_INVOKE: ((m["invoke_open"], "open_invoke"),),
+        _S.OPEN: ((m.block_open.split(m.dsml, 1)[1] + "\n", _S.FIRST_INVOKE),),
+        _S.FIRST_INVOKE: ((m.invoke_open, "open_invoke"),),
         _S.NAME_END: ((end + "\n", "start_call"),),
-        _S.PARAMS: ((m["param_open"], _S.KEY), ("\n", _S.EMPTY_CLOSE)),
-        _S.EMPTY_CLOSE: ((m["invoke_close"], "end_invoke"),),
-        _S.ATTR: ((m["string_attr"], _S.FLAG),),
+        _S.PARAMS: ((m.param_open, _S.KEY), ("\n", _S.EMPTY_CLOSE)),
+        _S.EMPTY_CLOSE: ((m.invoke_close, "end_invoke"),),
+        _S.ATTR: ((m.string_attr, _S.FLAG),),
         _S.FLAG: (("true" + end, "string_value"), ("false" + end, "json_value")),
         _S.AFTER_PARAM: (("\n", _S.NEXT_PARAM),),
-        _S.NEXT_PARAM: ((m["param_open"], _S.KEY), (m["invoke_close"], "end_invoke")),
+        _S.NEXT_PARAM: ((m.param_open, _S.KEY), (m.invoke_close, "end_invoke")),
         _S.AFTER_INVOKE: (("\n", _S.NEXT_INVOKE),),
-        _S.NEXT_INVOKE: ((m["invoke_open"], "open_invoke"), (m["block_close"], _S.CLOSED)),
+        _S.NEXT_INVOKE: ((m.invoke_open, "open_invoke"), (m.block_close, _S.CLOSED)),
     }

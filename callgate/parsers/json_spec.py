@@ -4,7 +4,7 @@ Knows: how the `markers` of the three JSON-family formats (hermes, llama3-json, 
 map onto one parser: the call layout, the block markers, the end-of-turn tokens, the keys of
 a call object, and which texts in free text mean what. Does not know: events, or JSON.
 
-Layouts (ToolCallFormat.markers["call_layout"]):
+Layouts (the `call_layout` of the format's markers):
   object  CONTENT (sep block_open JSON-object block_close)*   hermes; calls repeat
   single  [python_tag] JSON-object, or plain content            llama3-json; one call
   list    CONTENT block_open JSON-list-of-objects               mistral; ids in the objects
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Literal
 
-from callgate.formats import ToolCallFormat, get_format
+from callgate.formats import HermesMarkers, Llama3Markers, MistralMarkers, ToolCallFormat, get_format, json_markers
 from callgate.parsers.markers import MarkerSet
 
 Layout = Literal["object", "single", "list"]
@@ -72,7 +72,7 @@ def _content_actions(fmt: ToolCallFormat, layout: Layout, block_open: str, block
             actions[tok] = "stray_think"
     if layout == "single":
         actions[block_open] = "text_before_call"
-        actions[fmt.markers["call_in_text"]] = "text_before_call"
+        actions[fmt.markers_as(Llama3Markers).call_in_text] = "text_before_call"
     else:
         actions[block_open] = "block"
     if block_close:
@@ -83,26 +83,24 @@ def _content_actions(fmt: ToolCallFormat, layout: Layout, block_open: str, block
 
 
 def _ends(fmt: ToolCallFormat) -> tuple[str, ...]:
-    extra = fmt.markers.get("end_of_message")
-    return (fmt.eos, extra) if extra else (fmt.eos,)
+    m = fmt.markers
+    return (fmt.eos, m.end_of_message) if isinstance(m, Llama3Markers) else (fmt.eos,)
 
 
 @cache
 def json_family_spec(format: str) -> JsonFamilySpec:
     """The parser's view of a JSON-family format (computed once per format)."""
     fmt = get_format(format)
-    m = fmt.markers
+    m = json_markers(fmt)
     layout: Layout
-    if m["call_layout"] == "object":
-        layout, block_open, block_close, sep = "object", m["block_open"], m["block_close"], m["call_separator"]
-    elif m["call_layout"] == "single":
-        layout, block_open, block_close, sep = "single", m["python_tag"], "", ""
-    elif m["call_layout"] == "list":
-        layout, block_open, block_close, sep = "list", m["calls"], "", ""
+    if isinstance(m, HermesMarkers):
+        layout, block_open, block_close, sep = m.call_layout, m.block_open, m.block_close, m.call_separator
+    elif isinstance(m, Llama3Markers):
+        layout, block_open, block_close, sep = m.call_layout, m.python_tag, "", ""
     else:
-        raise ValueError(f"{format}: unknown call_layout {m['call_layout']!r}")
+        layout, block_open, block_close, sep = m.call_layout, m.calls, "", ""
     actions = _content_actions(fmt, layout, block_open, block_close)
-    id_pattern = m.get("call_id_pattern")
+    id_pattern = fmt.call_ids.pattern if fmt.call_ids else None
     reasoning = tuple(t for t in (fmt.reasoning_close, block_open, block_close, *_ends(fmt)) if t)
     closes = (block_close,) if block_close else ()
     content_markers = MarkerSet.of(tuple(actions))
@@ -120,9 +118,9 @@ def json_family_spec(format: str) -> JsonFamilySpec:
         block_close=block_close,
         separator=sep,
         ends=_ends(fmt),
-        name_key=m["name_key"],
-        arguments_key=m["arguments_key"],
-        id_key=m.get("id_key", ""),
+        name_key=m.name_key,
+        arguments_key=m.arguments_key,
+        id_key=m.id_key if isinstance(m, MistralMarkers) else "",
         id_pattern=re.compile(id_pattern) if id_pattern else None,
         reasoning_open=fmt.reasoning_open or "",
         reasoning_close=fmt.reasoning_close or "",

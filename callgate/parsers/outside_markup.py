@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from callgate import strict_json
-from callgate.formats import get_format
+from callgate.formats import MistralMarkers, get_format
 from callgate.parsers.base import Tools, tool_names
 from callgate.parsers.json_scan import JsonScanner
 from callgate.types import Diagnostic, ParseResult
@@ -115,7 +115,7 @@ def _call_name(body: str, format: str, truncated: bool) -> str | None:
         return None
     value = json.loads(body[:end])  # the scanner read it by strict_json's rule, depth included
     if isinstance(value, list):
-        listed = get_format(format).markers.get("call_layout") == "list"
+        listed = isinstance(get_format(format).markers, MistralMarkers)  # the "list" call layout
         return _object_name(value[0]) if listed and len(value) == 1 else None
     return _object_name(value)
 

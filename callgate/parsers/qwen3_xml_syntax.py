@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from callgate.formats import ToolCallFormat
+from callgate.formats import Qwen3XmlMarkers, ToolCallFormat
 from callgate.parsers.markers import MarkerSet
 
 NEEDS_ESCAPE = re.compile(r'["\\\x00-\x1f]')  # what json.dumps(ensure_ascii=False) escapes
@@ -54,11 +54,15 @@ class Syntax:
 
     @classmethod
     def of(cls, fmt: ToolCallFormat) -> Syntax:
-        m = fmt.markers
-        sep, eos = m["separator"], fmt.eos
+        m = fmt.markers_as(Qwen3XmlMarkers)
+        sep, eos = m.separator, fmt.eos
         co, cc, fo, fc, po, pc = (
-            m[k]
-            for k in ("call_open", "call_close", "function_open", "function_close", "parameter_open", "parameter_close")
+            m.call_open,
+            m.call_close,
+            m.function_open,
+            m.function_close,
+            m.parameter_open,
+            m.parameter_close,
         )
         value = MarkerSet.of((sep + pc, sep + po, fc, co, cc, eos))
         return cls(
@@ -71,11 +75,11 @@ class Syntax:
             fc,
             po,
             pc,
-            m["tag_end"],
-            m["think_open"],
-            m["think_close"],
+            m.tag_end,
+            m.think_open,
+            m.think_close,
             content=MarkerSet.of((co, fo, po, pc, fc, cc, eos)),
-            reasoning=MarkerSet.of((m["think_close"], co, eos)),
+            reasoning=MarkerSet.of((m.think_close, co, eos)),
             value=value,
             body=MarkerSet.of((po, fc, cc, co, eos)),
             between=MarkerSet.of((sep + co, eos)),

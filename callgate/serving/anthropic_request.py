@@ -94,8 +94,8 @@ def internal_call_id(use_id: str, fmt: str) -> str:
     if not use_id.startswith(TOOL_USE_PREFIX):
         return use_id
     rest = use_id.removeprefix(TOOL_USE_PREFIX)
-    pattern = get_format(fmt).markers.get("call_id_pattern")
-    if pattern is not None and re.fullmatch(pattern, rest):
+    ids = get_format(fmt).call_ids
+    if ids is not None and re.fullmatch(ids.pattern, rest):
         return rest
     return _CALL_PREFIX + rest
 

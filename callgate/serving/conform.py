@@ -11,7 +11,7 @@ request's call plan); where
 stop strings are applied (`stops_outside_markup`); and which tools the
 parser is told about (the call plan's shown tools, `()` when none: "no tools"
 is not "tools unknown", which would let llama3-json read a JSON answer as a call); and call ids for formats whose
-spec fixes their form (`call_id_pattern`: mistral's 9 letters/digits): fresh ids in that
+spec fixes their form (`call_ids`: mistral's 9 letters/digits): fresh ids in that
 form for calls the model wrote without one, and the client's history ids (OpenAI's
 `call_abc123`) mapped onto it, deterministically and consistently between an assistant's
 `tool_calls` and the tool messages answering them.
@@ -24,18 +24,13 @@ import dataclasses
 import hashlib
 import re
 import secrets
-import string
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from callgate.errors import InvalidRequestError
-from callgate.formats import get_format
+from callgate.formats import QWEN3_FRAMING, CallIdForm, get_format
 from callgate.parsers.base import CallIdFactory, random_call_id
 from callgate.serving.protocol import ChatRequest, QuickRequest, ThinkingSwitch
-from callgate.templates.chatml import QWEN3  # its renderer reads reasoning_effort "none" as thinking off
-
-SHORT_ID_ALPHABET = string.ascii_letters + string.digits
-SHORT_ID_LENGTH = 9  # mistral-common v3 tekken: ids of exactly 9 letters/digits
 
 Messages = tuple[Mapping[str, Any], ...]
 
@@ -73,7 +68,7 @@ def reasoning_options(fmt: str, switch: ThinkingSwitch | None, effort: str | Non
                 f"{param}: the {fmt} format has no reasoning mode; only false is accepted", param=param
             )
         return True, effort
-    if spec.framing == QWEN3:
+    if spec.framing == QWEN3_FRAMING:  # its renderer reads reasoning_effort "none" as thinking off
         return False, "none"
     return False, effort
 
@@ -87,7 +82,7 @@ def grammar_thinking(fmt: str, req: ChatRequest) -> bool | None:
     off (dsml closes one with or without it), so their grammars stay as without a switch."""
     if req.thinking:
         return True
-    if req.reasoning_effort == "none" and get_format(fmt).framing == QWEN3:
+    if req.reasoning_effort == "none" and get_format(fmt).framing == QWEN3_FRAMING:
         return False
     return None
 
@@ -113,37 +108,36 @@ def stops_outside_markup(fmt: str, req: ChatRequest) -> bool:
 
 def call_id_factory(fmt: str) -> CallIdFactory:
     """Ids for calls the model wrote without one: OpenAI's form, or the format's own."""
-    return random_call_id if _id_pattern(fmt) is None else short_call_id
+    form = get_format(fmt).call_ids
+    if form is None:
+        return random_call_id
 
+    def own_call_id(index: int) -> str:
+        """A random id in the format's own form (index unused)."""
+        del index
+        return "".join(secrets.choice(form.alphabet) for _ in range(form.length))
 
-def short_call_id(index: int) -> str:
-    """A random id of 9 letters/digits (index unused)."""
-    del index
-    return "".join(secrets.choice(SHORT_ID_ALPHABET) for _ in range(SHORT_ID_LENGTH))
+    return own_call_id
 
 
 def conform_call_ids(fmt: str, messages: Sequence[Mapping[str, Any]]) -> Messages:
     """`messages` with every call id the format cannot write replaced by one it can; ids
     already in form are kept. The mapping depends only on the conversation, so equal
     conversations render equally (prefix cache) and a call and its result keep matching."""
-    pattern = _id_pattern(fmt)
-    if pattern is None:
+    form = get_format(fmt).call_ids
+    if form is None:
         return tuple(messages)
+    pattern = re.compile(form.pattern)
     ids = list(dict.fromkeys(_ids(messages)))
     taken = {i for i in ids if pattern.fullmatch(i)}
     mapping: dict[str, str] = {}
     for old in ids:
         if old not in taken:
-            mapping[old] = _derived_id(old, taken)
+            mapping[old] = _derived_id(old, taken, form)
             taken.add(mapping[old])
     if not mapping:
         return tuple(messages)
     return tuple(_renamed(m, mapping) for m in messages)
-
-
-def _id_pattern(fmt: str) -> re.Pattern[str] | None:
-    pattern = get_format(fmt).markers.get("call_id_pattern")
-    return None if pattern is None else re.compile(pattern)
 
 
 def _ids(messages: Iterable[Mapping[str, Any]]) -> Iterable[str]:
@@ -155,15 +149,15 @@ def _ids(messages: Iterable[Mapping[str, Any]]) -> Iterable[str]:
             yield m["tool_call_id"]
 
 
-def _derived_id(old: str, taken: set[str]) -> str:
-    """9 letters/digits from a hash of `old`; salted again on the (rare) clash."""
+def _derived_id(old: str, taken: set[str], form: CallIdForm) -> str:
+    """An id in `form` from a hash of `old`; salted again on the (rare) clash."""
     salt = 0
     while True:
         digest = int.from_bytes(hashlib.sha256(f"{salt}:{old}".encode()).digest(), "big")
         chars = []
-        for _ in range(SHORT_ID_LENGTH):
-            digest, k = divmod(digest, len(SHORT_ID_ALPHABET))
-            chars.append(SHORT_ID_ALPHABET[k])
+        for _ in range(form.length):
+            digest, k = divmod(digest, len(form.alphabet))
+            chars.append(form.alphabet[k])
         candidate = "".join(chars)
         if candidate not in taken:
             return candidate

@@ -47,7 +47,7 @@ from functools import cache
 from typing import Any
 
 from callgate.errors import TemplateError
-from callgate.formats import ToolCallFormat
+from callgate.formats import HermesMarkers, ToolCallFormat
 from callgate.templates.tool_arguments import decode_arguments
 
 NEUTRALISER = "\u200d"  # zero-width joiner, written after the `<` of a would-be marker
@@ -111,8 +111,8 @@ def _is_qwen3(fmt: ToolCallFormat, thinking: bool, reasoning_effort: str | None)
 
 
 def _marker_pattern(fmt: ToolCallFormat) -> re.Pattern[str]:
-    m = fmt.markers
-    return _compile_markers((*fmt.special_tokens, m["tools_open"], m["tools_close"]))
+    m = fmt.markers_as(HermesMarkers)
+    return _compile_markers((*fmt.special_tokens, m.tools_open, m.tools_close))
 
 
 @cache
@@ -228,28 +228,28 @@ def _tools_json(fmt: ToolCallFormat, tools: Sequence[Mapping[str, Any]] | None) 
 
 
 def _plain_turn(fmt: ToolCallFormat, role: str, text: str) -> str:
-    m = fmt.markers
-    return m["turn_open"] + role + "\n" + text + m["turn_close"] + "\n"
+    m = fmt.markers_as(HermesMarkers)
+    return m.turn_open + role + "\n" + text + m.turn_close + "\n"
 
 
 def _system_turn(fmt: ToolCallFormat, msgs: list[_Message], tools: list[str], qwen3: bool) -> str:
-    m = fmt.markers
+    m = fmt.markers_as(HermesMarkers)
     system = neutralise(fmt, msgs[0].text) if msgs and msgs[0].role == "system" else None
     if not qwen3 and system is None:
-        system = m["qwen25_default_system"]
+        system = m.qwen25_default_system
     if not tools:
         return "" if system is None else _plain_turn(fmt, "system", system)
     head = "" if system is None else system + "\n\n"
     listing = "".join("\n" + t for t in tools)
-    return m["turn_open"] + "system\n" + head + m["tools_intro"] + listing + m["tools_outro"] + m["turn_close"] + "\n"
+    return m.turn_open + "system\n" + head + m.tools_intro + listing + m.tools_outro + m.turn_close + "\n"
 
 
 def _last_query(fmt: ToolCallFormat, msgs: list[_Message]) -> int:
     """Qwen3: the last user message that is not a bare tool response."""
-    m = fmt.markers
+    m = fmt.markers_as(HermesMarkers)
     for i in range(len(msgs) - 1, -1, -1):
         text = msgs[i].text
-        if msgs[i].role == "user" and not (text.startswith(m["result_open"]) and text.endswith(m["result_close"])):
+        if msgs[i].role == "user" and not (text.startswith(m.result_open) and text.endswith(m.result_close)):
             return i
     return len(msgs) - 1
 
@@ -283,43 +283,43 @@ def _split_reasoning(fmt: ToolCallFormat, msg: _Message) -> tuple[str, str]:
 
 
 def _assistant(fmt: ToolCallFormat, msg: _Message, *, qwen3: bool, keep_final: bool, keep_any: bool) -> str:
-    m = fmt.markers
+    m = fmt.markers_as(HermesMarkers)
     reasoning, content = _split_reasoning(fmt, msg) if qwen3 else ("", msg.text)
-    head = m["turn_open"] + "assistant\n"
+    head = m.turn_open + "assistant\n"
     if qwen3 and (keep_final or (keep_any and reasoning)):
         head += fmt.reasoning_open or ""
         head += "\n" + neutralise(fmt, reasoning.strip("\n")) + "\n" + (fmt.reasoning_close or "") + "\n\n"
         head += neutralise(fmt, content.lstrip("\n"))
     else:
         head += neutralise(fmt, content)
-    sep = m["call_separator"]
+    sep = m.call_separator
     for j, (name, arguments) in enumerate(msg.calls):
         if j > 0 or content:
             head += sep
         head += _call_text(fmt, name, arguments)
-    return head + m["turn_close"] + "\n"
+    return head + m.turn_close + "\n"
 
 
 def _call_text(fmt: ToolCallFormat, name: str, arguments: str) -> str:
     """One call block, exactly as the model writes it."""
-    m = fmt.markers
-    body = "{" + json.dumps(m["name_key"]) + ': "' + name + '", ' + json.dumps(m["arguments_key"]) + ": "
-    return m["block_open"] + "\n" + body + arguments + "}\n" + m["block_close"]
+    m = fmt.markers_as(HermesMarkers)
+    body = "{" + json.dumps(m.name_key) + ': "' + name + '", ' + json.dumps(m.arguments_key) + ": "
+    return m.block_open + "\n" + body + arguments + "}\n" + m.block_close
 
 
 def _tool_result(fmt: ToolCallFormat, msgs: list[_Message], i: int) -> str:
-    m = fmt.markers
+    m = fmt.markers_as(HermesMarkers)
     opens = i == 0 or msgs[i - 1].role != "tool"
     closes = i == len(msgs) - 1 or msgs[i + 1].role != "tool"
-    head = m["turn_open"] + "user" if opens else ""
-    body = "\n" + m["result_open"] + "\n" + neutralise(fmt, msgs[i].text) + "\n" + m["result_close"]
-    tail = m["turn_close"] + "\n" if closes else ""
+    head = m.turn_open + "user" if opens else ""
+    body = "\n" + m.result_open + "\n" + neutralise(fmt, msgs[i].text) + "\n" + m.result_close
+    tail = m.turn_close + "\n" if closes else ""
     return head + body + tail
 
 
 def _generation_prompt(fmt: ToolCallFormat, thinking: bool, reasoning_effort: str | None) -> str:
-    m = fmt.markers
-    out = m["turn_open"] + "assistant\n"
+    m = fmt.markers_as(HermesMarkers)
+    out = m.turn_open + "assistant\n"
     if thinking:
         out += (fmt.reasoning_open or "") + "\n"
     elif reasoning_effort == "none" and fmt.framing == QWEN3:

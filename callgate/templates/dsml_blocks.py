@@ -22,7 +22,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from callgate.formats import ToolCallFormat
+from callgate.formats import DsmlMarkers, ToolCallFormat
 from callgate.templates.dsml_messages import Call
 
 ZWJ = "\u200d"
@@ -64,23 +64,23 @@ def calls_block(fmt: ToolCallFormat, calls: Sequence[Call]) -> str:
     """The assistant's calls block, leading blank line included; "" without calls."""
     if not calls:
         return ""
-    m = fmt.markers
+    m = fmt.markers_as(DsmlMarkers)
     invokes = "\n".join(_invoke(fmt, c) for c in calls)
-    return f"{m['call_prefix']}{m['block_open']}\n{invokes}\n{m['block_close']}"
+    return f"{m.call_prefix}{m.block_open}\n{invokes}\n{m.block_close}"
 
 
 def _invoke(fmt: ToolCallFormat, call: Call) -> str:
-    m = fmt.markers
+    m = fmt.markers_as(DsmlMarkers)
     params = "\n".join(_parameter(fmt, k, v) for k, v in call.arguments.items())
-    return f"{m['invoke_open']}{call.name}{m['tag_end']}\n{params}\n{m['invoke_close']}"
+    return f"{m.invoke_open}{call.name}{m.tag_end}\n{params}\n{m.invoke_close}"
 
 
 def _parameter(fmt: ToolCallFormat, key: str, value: Any) -> str:
-    m = fmt.markers
+    m = fmt.markers_as(DsmlMarkers)
     is_str = isinstance(value, str)
     text = value if is_str else to_json(value)
     flag = "true" if is_str else "false"
-    return f"{m['param_open']}{key}{m['string_attr']}{flag}{m['tag_end']}{text}{m['param_close']}"
+    return f"{m.param_open}{key}{m.string_attr}{flag}{m.tag_end}{text}{m.param_close}"
 
 
 _PATTERNS: dict[str, tuple[re.Pattern[str], re.Pattern[str]]] = {}
@@ -93,11 +93,11 @@ def _neutral_patterns(fmt: ToolCallFormat) -> tuple[re.Pattern[str], re.Pattern[
 
 
 def _compile_neutral(fmt: ToolCallFormat) -> tuple[re.Pattern[str], re.Pattern[str]]:
-    bar = fmt.markers["dsml"][0]
+    dsml = fmt.markers_as(DsmlMarkers).dsml
+    bar = dsml[0]
     tags = {fmt.reasoning_open, fmt.reasoning_close}
-    tags |= {v for k, v in fmt.markers.items() if k.startswith(("result", "results"))}
+    tags |= {v for k, v in fmt.markers.named_texts() if k.startswith(("result", "results"))}
     after_lt = sorted({re.escape(t[1:]) for t in tags if t} | {re.escape(bar), re.escape("/" + bar)}, key=len)
-    dsml = fmt.markers["dsml"]
     tag = re.compile(f"<(?=(?:{'|'.join(reversed(after_lt))}))")
     return tag, re.compile(re.escape(bar) + f"(?={re.escape(dsml[1:])})")
 

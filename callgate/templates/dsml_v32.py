@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from callgate.errors import TemplateError
-from callgate.formats import ToolCallFormat
+from callgate.formats import DsmlV32Markers, ToolCallFormat
 from callgate.templates.dsml_blocks import calls_block, fixed_text, neutralize, system_extras
 from callgate.templates.dsml_messages import Msg, last_user_index
 
@@ -54,15 +54,16 @@ def _render_one(fmt: ToolCallFormat, msgs: Sequence[Msg], i: int, last_user: int
     if m.task is not None:
         raise TemplateError(f"{m.where}.task: dsml-v3.2 has no quick-instruction tasks", param=f"{m.where}.task")
     marker = fmt.reasoning_open if thinking and i == last_user else fmt.reasoning_close
-    assistant_header = f"{fmt.markers['assistant']}{marker}" if header else ""
+    mk = fmt.markers_as(DsmlV32Markers)
+    assistant_header = f"{mk.assistant}{marker}" if header else ""
     if m.role == "system":
         return (m.content or "") + system_extras(VERSION, m.tools, m.response_format)
     if m.role == "developer":
         body = system_extras(VERSION, m.tools, m.response_format)
         body += fixed_text(VERSION, "developer_question_prefix") + (m.content or "")
-        return f"{fmt.markers['user']}{body}{assistant_header}"
+        return f"{mk.user}{body}{assistant_header}"
     if m.role == "user":
-        return f"{fmt.markers['user']}{m.content}{assistant_header}"
+        return f"{mk.user}{m.content}{assistant_header}"
     if m.role == "assistant":
         return _assistant(fmt, m, thinking and i > last_user)
     if m.role == "tool":
@@ -85,7 +86,7 @@ def _assistant(fmt: ToolCallFormat, m: Msg, show_reasoning: bool) -> str:
 
 def _tool_result(fmt: ToolCallFormat, msgs: Sequence[Msg], i: int, open_thinking: bool, header: bool) -> str:
     """The k-th tool message after an assistant turn answers its k-th call (ids ignored)."""
-    m, mk = msgs[i], fmt.markers
+    m, mk = msgs[i], fmt.markers_as(DsmlV32Markers)
     owner = i - 1
     while owner >= 0 and msgs[owner].role == "tool":
         owner -= 1
@@ -96,10 +97,10 @@ def _tool_result(fmt: ToolCallFormat, msgs: Sequence[Msg], i: int, open_thinking
         raise TemplateError(
             f"{m.where}: more tool results than the {n_calls} tool call(s) of {msgs[owner].where}", param=m.where
         )
-    out = f"\n\n{mk['results_open']}" if order == 1 else ""
-    out += f"\n{mk['result_open']}{neutralize(fmt, m.content or '')}{mk['result_close']}"
+    out = f"\n\n{mk.results_open}" if order == 1 else ""
+    out += f"\n{mk.result_open}{neutralize(fmt, m.content or '')}{mk.result_close}"
     if order == n_calls:
-        out += f"\n{mk['results_close']}"
+        out += f"\n{mk.results_close}"
         if header:
             out += "\n\n" + ((fmt.reasoning_open if open_thinking else fmt.reasoning_close) or "")
     return out

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from callgate.errors import TemplateError
-from callgate.formats import ToolCallFormat
+from callgate.formats import DsmlV4Markers, ToolCallFormat
 from callgate.templates.dsml_blocks import calls_block, fixed_text, neutralize, system_extras
 from callgate.templates.dsml_messages import Msg, last_user_index
 
@@ -119,15 +119,15 @@ def _drop_old_thinking(turns: list[_Turn]) -> list[_Turn]:
 def _body(
     fmt: ToolCallFormat, turns: Sequence[_Turn], i: int, *, thinking: bool, keep_all: bool, last_user: int
 ) -> str:
-    m, mk = turns[i].msg, fmt.markers
+    m, mk = turns[i].msg, fmt.markers_as(DsmlV4Markers)
     if m.role == "system":
         return (m.content or "") + system_extras(VERSION, m.tools, m.response_format)
     if m.role == "developer":
-        return mk["user"] + (m.content or "") + system_extras(VERSION, m.tools, m.response_format)
+        return mk.user + (m.content or "") + system_extras(VERSION, m.tools, m.response_format)
     if m.role == "user":
-        return mk["user"] + "\n\n".join(_block_text(fmt, b) for b in turns[i].blocks)
+        return mk.user + "\n\n".join(_block_text(fmt, b) for b in turns[i].blocks)
     if m.role == "latest_reminder":
-        return mk["latest_reminder"] + (m.content or "")
+        return mk.latest_reminder + (m.content or "")
     if m.role == "assistant":
         task_output = i > 0 and turns[i - 1].msg.task is not None
         thinking_part = ""
@@ -140,7 +140,8 @@ def _body(
 def _block_text(fmt: ToolCallFormat, block: _Block) -> str:
     if block.tool_use_id is None:
         return block.text
-    return fmt.markers["result_open"] + neutralize(fmt, block.text) + fmt.markers["result_close"]
+    m = fmt.markers_as(DsmlV4Markers)
+    return m.result_open + neutralize(fmt, block.text) + m.result_close
 
 
 def _header(
@@ -154,8 +155,8 @@ def _header(
     open_tag = fmt.reasoning_open if thinking else fmt.reasoning_close
     if m.task is not None:
         token = fmt.quick_tasks[m.task]
-        return token if m.task != "action" else f"{fmt.markers['assistant']}{open_tag}{token}"
+        return token if m.task != "action" else f"{fmt.markers_as(DsmlV4Markers).assistant}{open_tag}{token}"
     if m.role in ("user", "developer"):
         opens = thinking and (keep_all or i >= last_user)
-        return fmt.markers["assistant"] + ((fmt.reasoning_open if opens else fmt.reasoning_close) or "")
+        return fmt.markers_as(DsmlV4Markers).assistant + ((fmt.reasoning_open if opens else fmt.reasoning_close) or "")
     return ""

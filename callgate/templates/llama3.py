@@ -38,7 +38,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from callgate.formats import ToolCallFormat
+from callgate.formats import Llama3Markers, ToolCallFormat, ToolsPosition
 from callgate.templates.json_messages import (
     CHAT_ROLES,
     ZERO_WIDTH_JOINER,
@@ -77,6 +77,9 @@ _LLAMA3_ROLES = {**CHAT_ROLES, "ipython": "tool"}
 # ---- llama3-json ------------------------------------------------------------------------------
 
 
+_TOOLS_POSITIONS: dict[str, ToolsPosition] = {"user": "user", "system": "system"}
+
+
 def llama3_variant(
     fmt: ToolCallFormat,
     *,
@@ -86,13 +89,13 @@ def llama3_variant(
 ) -> ToolCallFormat:
     """A copy of the llama3-json spec with another framing name ("llama3.2"), date (the template's
     `date_string`) or tool position ("system": the template's `tools_in_user_message=false`)."""
-    if tools_position not in (None, "user", "system"):
-        raise ValueError(f"tools_position must be 'user' or 'system', got {tools_position!r}")
-    markers = dict(fmt.markers)
+    markers = fmt.markers_as(Llama3Markers)
     if today_date is not None:
-        markers["today_date"] = today_date
+        markers = dataclasses.replace(markers, today_date=today_date)
     if tools_position is not None:
-        markers["tools_position"] = tools_position
+        if tools_position not in _TOOLS_POSITIONS:
+            raise ValueError(f"tools_position must be 'user' or 'system', got {tools_position!r}")
+        markers = dataclasses.replace(markers, tools_position=_TOOLS_POSITIONS[tools_position])
     return dataclasses.replace(fmt, framing=framing or fmt.framing, markers=markers)
 
 
@@ -145,8 +148,8 @@ def _read_message(index: int, message: object, fmt: ToolCallFormat, drop_thinkin
 
 
 def _turn(fmt: ToolCallFormat, role: str, body: str) -> str:
-    m = fmt.markers
-    return m["header_open"] + role + m["header_close"] + body + m["end_of_turn"]
+    m = fmt.markers_as(Llama3Markers)
+    return m.header_open + role + m.header_close + body + m.end_of_turn
 
 
 def _plain_body(fmt: ToolCallFormat, msg: _Message) -> str:
@@ -154,31 +157,31 @@ def _plain_body(fmt: ToolCallFormat, msg: _Message) -> str:
     body = neutralise_text(msg.text.strip(), fmt)
     if msg.instruction is None:
         return body
-    return fmt.markers["quick_task_join"].join(p for p in (body, msg.instruction) if p)
+    return fmt.markers_as(Llama3Markers).quick_task_join.join(p for p in (body, msg.instruction) if p)
 
 
 def _tool_list(fmt: ToolCallFormat, tools: Sequence[Mapping[str, Any]]) -> str:
-    indent = int(fmt.markers["tools_indent"])
-    sep = fmt.markers["tool_separator"]
+    m = fmt.markers_as(Llama3Markers)
+    indent, sep = m.tools_indent, m.tool_separator
     return "".join(neutralise_json(dump_json(t, f"tools[{i}]", indent=indent), fmt) + sep for i, t in enumerate(tools))
 
 
 def _system_turn(fmt: ToolCallFormat, system: _Message | None, tools: Sequence[Mapping[str, Any]] | None) -> str:
-    m = fmt.markers
-    head = m["environment_line"] if tools is not None else ""
-    head += m["knowledge_line"] + m["date_prefix"] + m["today_date"] + m["date_suffix"]
-    if tools is not None and m["tools_position"] == "system":
-        head += m["tools_in_system_prefix"] + _tool_list(fmt, tools)
+    m = fmt.markers_as(Llama3Markers)
+    head = m.environment_line if tools is not None else ""
+    head += m.knowledge_line + m.date_prefix + m.today_date + m.date_suffix
+    if tools is not None and m.tools_position == "system":
+        head += m.tools_in_system_prefix + _tool_list(fmt, tools)
     return _turn(fmt, "system", head + (_plain_body(fmt, system) if system else ""))
 
 
 def _message_turn(fmt: ToolCallFormat, msg: _Message) -> str:
-    m = fmt.markers
+    m = fmt.markers_as(Llama3Markers)
     if msg.call is not None:
         args = neutralise_json(dump_json(msg.call.arguments, f"{msg.where}.tool_calls[0].function.arguments"), fmt)
-        return _turn(fmt, "assistant", m["call_open"] + msg.call.name + m["call_parameters"] + args + m["call_close"])
+        return _turn(fmt, "assistant", m.call_open + msg.call.name + m.call_parameters + args + m.call_close)
     if msg.role == "tool":
-        return _turn(fmt, m["tool_role"], neutralise_json(dump_json(msg.text, f"{msg.where}.content"), fmt))
+        return _turn(fmt, m.tool_role, neutralise_json(dump_json(msg.text, f"{msg.where}.content"), fmt))
     return _turn(fmt, msg.role, _plain_body(fmt, msg))
 
 
@@ -196,7 +199,8 @@ def _first_user_turn(fmt: ToolCallFormat, msgs: Sequence[_Message], tools: Seque
             "the tool list goes into the first user message, which must come right after the system"
             f" message; got {first.sent_role} (write the system and developer instructions as one message)",
         )
-    return _turn(fmt, "user", fmt.markers["tools_in_user_prefix"] + _tool_list(fmt, tools) + _plain_body(fmt, first))
+    prefix = fmt.markers_as(Llama3Markers).tools_in_user_prefix
+    return _turn(fmt, "user", prefix + _tool_list(fmt, tools) + _plain_body(fmt, first))
 
 
 def _render_turns(
@@ -204,7 +208,7 @@ def _render_turns(
 ) -> Iterable[str]:
     system = msgs.pop(0) if msgs and msgs[0].role == "system" else None
     yield _system_turn(fmt, system, tools)
-    if tools is not None and fmt.markers["tools_position"] == "user":
+    if tools is not None and fmt.markers_as(Llama3Markers).tools_position == "user":
         yield _first_user_turn(fmt, msgs, tools)
         msgs = msgs[1:]
     for msg in msgs:
@@ -230,5 +234,6 @@ def render(
         raise template_error("tools", f"expected a list, got {type(tools).__name__}")
     parts = [fmt.bos if add_bos else "", *_render_turns(fmt, msgs, tools)]
     if add_generation_prompt:
-        parts.append(fmt.markers["header_open"] + "assistant" + fmt.markers["header_close"])
+        m = fmt.markers_as(Llama3Markers)
+        parts.append(m.header_open + "assistant" + m.header_close)
     return "".join(parts)

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from callgate.errors import TemplateError
-from callgate.formats import ToolCallFormat
+from callgate.formats import MistralMarkers, ToolCallFormat, call_id_pattern
 from callgate.templates.json_messages import (
     CHAT_ROLES,
     check_options,
@@ -113,11 +113,11 @@ def _read_call(raw: object, where: str, fmt: ToolCallFormat) -> _Call:
         raise template_error(
             f"{where}.id", "Tool call id 'null' is only allowed for the last assistant message in finetuning mode."
         )
-    if not isinstance(call_id, str) or not _full(fmt.markers["call_id_pattern"], call_id):
+    if not isinstance(call_id, str) or not _full(call_id_pattern(fmt), call_id):
         raise _bad_id(f"{where}.id", call_id)
     function = raw["function"]
     name = function.get("name")
-    if not isinstance(name, str) or not _full(fmt.markers["name_pattern"], name):
+    if not isinstance(name, str) or not _full(fmt.markers_as(MistralMarkers).name_pattern, name):
         raise _bad_name(f"{where}.function.name", name)
     # mistral-common reads "" as {} too; here "" is not JSON, refused as in every format
     return _Call(name, decode_arguments(function.get("arguments"), f"{where}.function.arguments"), call_id)
@@ -127,10 +127,10 @@ def _read_tool_fields(message: Mapping[str, Any], where: str, fmt: ToolCallForma
     call_id = message.get("tool_call_id")
     if call_id is None:
         raise template_error(f"{where}.tool_call_id", "Tool call id has to be defined.")
-    if not isinstance(call_id, str) or not _full(fmt.markers["call_id_pattern"], call_id):
+    if not isinstance(call_id, str) or not _full(call_id_pattern(fmt), call_id):
         raise _bad_id(f"{where}.tool_call_id", call_id)
     name = message.get("name")
-    if name is not None and not (isinstance(name, str) and _full(fmt.markers["name_pattern"], name)):
+    if name is not None and not (isinstance(name, str) and _full(fmt.markers_as(MistralMarkers).name_pattern, name)):
         raise _bad_name(f"{where}.name", name)
     return call_id
 
@@ -240,7 +240,7 @@ def _tool_list(fmt: ToolCallFormat, tools: Sequence[Mapping[str, Any]]) -> str:
         if not isinstance(function, Mapping) or tool.get("type", "function") != "function":
             raise template_error(where, 'expected {"type": "function", "function": {...}}')
         name = function.get("name")
-        if not isinstance(name, str) or not _full(fmt.markers["name_pattern"], name):
+        if not isinstance(name, str) or not _full(fmt.markers_as(MistralMarkers).name_pattern, name):
             raise _bad_name(f"{where}.function.name", name)
         description = function.get("description") or ""
         parameters = function.get("parameters")
@@ -255,7 +255,8 @@ def _tool_list(fmt: ToolCallFormat, tools: Sequence[Mapping[str, Any]]) -> str:
         out.append(
             {"type": "function", "function": {"name": name, "description": description, "parameters": parameters}}
         )
-    return fmt.markers["tools_open"] + neutralise_json(dump_json(out, "tools"), fmt) + fmt.markers["tools_close"]
+    m = fmt.markers_as(MistralMarkers)
+    return m.tools_open + neutralise_json(dump_json(out, "tools"), fmt) + m.tools_close
 
 
 def _tool_result(fmt: ToolCallFormat, turn: _Turn) -> str:
@@ -267,7 +268,8 @@ def _tool_result(fmt: ToolCallFormat, turn: _Turn) -> str:
     # A result that reads as JSON with a non-finite number (`1e999`, `NaN`) is written the way
     # mistral-common writes it (`Infinity`, `NaN`): a tool's output is data, not a request error.
     body = json.dumps({"content": content, "call_id": turn.call_id}, ensure_ascii=False)
-    return fmt.markers["results_open"] + neutralise_json(body, fmt) + fmt.markers["results_close"]
+    m = fmt.markers_as(MistralMarkers)
+    return m.results_open + neutralise_json(body, fmt) + m.results_close
 
 
 def _assistant(fmt: ToolCallFormat, turn: _Turn) -> str:
@@ -276,7 +278,8 @@ def _assistant(fmt: ToolCallFormat, turn: _Turn) -> str:
         raise template_error(where, "Cannot have tool calls and content defined in the same assistant message")
     if turn.calls:
         calls = [{"name": c.name, "arguments": c.arguments, "id": c.call_id} for c in turn.calls]
-        return fmt.markers["calls"] + neutralise_json(dump_json(calls, f"{where}.tool_calls"), fmt) + fmt.eos
+        listed = neutralise_json(dump_json(calls, f"{where}.tool_calls"), fmt)
+        return fmt.markers_as(MistralMarkers).calls + listed + fmt.eos
     if not turn.text:
         raise template_error(f"{where}.content", "an assistant message needs content or tool_calls")
     return neutralise_text(turn.text.rstrip(" "), fmt) + fmt.eos
@@ -285,8 +288,9 @@ def _assistant(fmt: ToolCallFormat, turn: _Turn) -> str:
 def _user(fmt: ToolCallFormat, turn: _Turn, system: str | None, tools: Sequence[Mapping[str, Any]] | None) -> str:
     """`system`/`tools` are given for the last user turn only."""
     head = _tool_list(fmt, tools) if tools else ""
-    text = fmt.markers["message_join"].join((system, turn.text)) if system else turn.text
-    return head + fmt.markers["inst_open"] + neutralise_text(text, fmt) + fmt.markers["inst_close"]
+    m = fmt.markers_as(MistralMarkers)
+    text = m.message_join.join((system, turn.text)) if system else turn.text
+    return head + m.inst_open + neutralise_text(text, fmt) + m.inst_close
 
 
 def _write(
@@ -319,7 +323,7 @@ def render(
     check_options(fmt, thinking=thinking, reasoning_effort=reasoning_effort)
     msgs = [_read_message(i, m, fmt, drop_thinking) for i, m in enumerate(messages)]
     _check_structure(msgs, add_generation_prompt)
-    join = fmt.markers["message_join"]
+    join = fmt.markers_as(MistralMarkers).message_join
     turns = _turns(msgs, join)
     body = "".join(_write(fmt, turns, _system_prompt(msgs, join), tools))
     return (fmt.bos if add_bos else "") + body

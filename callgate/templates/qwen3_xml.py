@@ -34,7 +34,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from callgate.errors import TemplateError
-from callgate.formats import ToolCallFormat
+from callgate.formats import Qwen3XmlMarkers, ToolCallFormat
 from callgate.templates.tool_arguments import decode_arguments
 
 NEUTRALISER = "\u200d"  # zero-width joiner, written after the `<` of a would-be marker
@@ -67,16 +67,17 @@ def render(
     for i in range(first, len(messages)):
         parts.append(_message(fmt, messages, i))
     if add_generation_prompt:
-        parts.append(fmt.markers["turn_open"] + "assistant\n")
+        parts.append(fmt.markers_as(Qwen3XmlMarkers).turn_open + "assistant\n")
     return "".join(parts)
 
 
 def unrepresentable_in_values(fmt: ToolCallFormat) -> tuple[str, ...]:
     """Texts that no parameter value (as written, with its leading newline) may hold."""
-    m, sep = fmt.markers, fmt.markers["separator"]
+    m = fmt.markers_as(Qwen3XmlMarkers)
+    sep = m.separator
     control = tuple(t for t in fmt.special_tokens if t.startswith("<|"))
-    return (sep + m["parameter_close"], sep + m["parameter_open"], m["function_close"], m["call_open"],
-            m["call_close"], *control)  # fmt: skip
+    return (sep + m.parameter_close, sep + m.parameter_open, m.function_close, m.call_open,
+            m.call_close, *control)  # fmt: skip
 
 
 def neutralise(fmt: ToolCallFormat, text: str) -> str:
@@ -96,9 +97,9 @@ def _marker_pattern(fmt: ToolCallFormat) -> re.Pattern[str]:
 
 
 def _compile_markers(fmt: ToolCallFormat) -> re.Pattern[str]:
-    m = fmt.markers
+    m = fmt.markers_as(Qwen3XmlMarkers)
     tags = [t for t in fmt.special_tokens if not t.startswith("<|")]
-    tags += [m[k] for k in ("function_open", "function_close", "parameter_open", "parameter_close")]
+    tags += [m.function_open, m.function_close, m.parameter_open, m.parameter_close]
     alternatives = ["<|", *sorted(set(tags), key=len, reverse=True)]
     return re.compile("|".join(re.escape(a) for a in alternatives))
 
@@ -109,17 +110,17 @@ def _compile_markers(fmt: ToolCallFormat) -> re.Pattern[str]:
 def _system_turn(fmt: ToolCallFormat, system: str | None, tools: Sequence[Mapping[str, Any]]) -> str:
     if system is None and not tools:
         return ""
-    m = fmt.markers
+    m = fmt.markers_as(Qwen3XmlMarkers)
     text = neutralise(fmt, system) if system is not None else DEFAULT_SYSTEM
     if tools:
         blocks = "".join(_tool_block(fmt, i, tool) for i, tool in enumerate(tools))
         text += _TOOLS_HEADER + blocks + _instructions(fmt)
-    return m["turn_open"] + "system\n" + text + m["turn_close"] + "\n"
+    return m.turn_open + "system\n" + text + m.turn_close + "\n"
 
 
 def _instructions(fmt: ToolCallFormat) -> str:
     """The fixed text after the tools: closing tag, an example call, the reminder."""
-    m = fmt.markers
+    m = fmt.markers_as(Qwen3XmlMarkers)
     example = _call_text(
         fmt,
         "example_function_name",
@@ -128,8 +129,8 @@ def _instructions(fmt: ToolCallFormat) -> str:
             ("example_parameter_2", "This is the value for the second parameter\nthat can span\nmultiple lines"),
         ],
     )
-    wrapper = f"an inner {m['function_open']}...>{m['function_close']} block must be nested within " + (
-        f"{m['call_open']}{m['call_close']} XML tags"
+    wrapper = f"an inner {m.function_open}...>{m.function_close} block must be nested within " + (
+        f"{m.call_open}{m.call_close} XML tags"
     )
     return (
         "\n</tools>\n\nIf you choose to call a function ONLY reply in the following format with NO suffix:\n\n"
@@ -202,7 +203,7 @@ def _check_role(i: int, message: Mapping[str, Any]) -> None:
 
 
 def _message(fmt: ToolCallFormat, messages: Sequence[Mapping[str, Any]], i: int) -> str:
-    message, m = messages[i], fmt.markers
+    message, m = messages[i], fmt.markers_as(Qwen3XmlMarkers)
     role = message["role"]
     if role == "tool":
         return _tool_result(fmt, messages, i)
@@ -213,16 +214,16 @@ def _message(fmt: ToolCallFormat, messages: Sequence[Mapping[str, Any]], i: int)
     else:
         text = neutralise(fmt, _content(i, message)) + _task(fmt, i, message)
     header = "system" if role == "developer" else role
-    return m["turn_open"] + header + "\n" + text + m["turn_close"] + "\n"
+    return m.turn_open + header + "\n" + text + m.turn_close + "\n"
 
 
 def _tool_result(fmt: ToolCallFormat, messages: Sequence[Mapping[str, Any]], i: int) -> str:
-    m = fmt.markers
+    m = fmt.markers_as(Qwen3XmlMarkers)
     opens = i == 0 or messages[i - 1].get("role") != "tool"
     closes = i == len(messages) - 1 or messages[i + 1].get("role") != "tool"
-    body = m["result_open"] + "\n" + neutralise(fmt, _content(i, messages[i])) + "\n" + m["result_close"] + "\n"
-    head = m["turn_open"] + "user\n" if opens else ""
-    return head + body + (m["turn_close"] + "\n" if closes else "")
+    body = m.result_open + "\n" + neutralise(fmt, _content(i, messages[i])) + "\n" + m.result_close + "\n"
+    head = m.turn_open + "user\n" if opens else ""
+    return head + body + (m.turn_close + "\n" if closes else "")
 
 
 def _task(fmt: ToolCallFormat, i: int, message: Mapping[str, Any]) -> str:
@@ -253,13 +254,13 @@ def _content(i: int, message: Mapping[str, Any], *, allow_none: bool = False) ->
 
 
 def _call_turn(fmt: ToolCallFormat, i: int, message: Mapping[str, Any]) -> str:
-    m = fmt.markers
+    m = fmt.markers_as(Qwen3XmlMarkers)
     calls = message["tool_calls"]
     if not isinstance(calls, list):
         raise TemplateError(f"messages[{i}].tool_calls: expected a list")
     content = message.get("content")
     text = _content(i, message).strip() if isinstance(content, (str, list)) else ""
-    out = m["turn_open"] + "assistant" + ("\n" + neutralise(fmt, text) + "\n" if text else "")
+    out = m.turn_open + "assistant" + ("\n" + neutralise(fmt, text) + "\n" if text else "")
     for j, call in enumerate(calls):
         where = f"messages[{i}].tool_calls[{j}]"
         fn = call.get("function", call) if isinstance(call, Mapping) else None
@@ -270,18 +271,17 @@ def _call_turn(fmt: ToolCallFormat, i: int, message: Mapping[str, Any]) -> str:
         field = where + ".function.arguments"
         params = [(_checked_name(k, f"{field}.{k}"), _value(fmt, v, f"{field}.{k}")) for k, v in arguments.items()]
         out += "\n" + _call_text(fmt, name, params)
-    return out + m["turn_close"] + "\n"
+    return out + m.turn_close + "\n"
 
 
 def _call_text(fmt: ToolCallFormat, name: str, params: Sequence[tuple[str, str]]) -> str:
     """One `<tool_call>` block, as the model writes it."""
-    m, sep = fmt.markers, fmt.markers["separator"]
-    end = m["tag_end"]
-    body = "".join(
-        m["parameter_open"] + key + end + sep + text + sep + m["parameter_close"] + sep for key, text in params
-    )
-    head = m["call_open"] + sep + m["function_open"] + name + end + sep
-    return head + body + m["function_close"] + sep + m["call_close"]
+    m = fmt.markers_as(Qwen3XmlMarkers)
+    sep = m.separator
+    end = m.tag_end
+    body = "".join(m.parameter_open + key + end + sep + text + sep + m.parameter_close + sep for key, text in params)
+    head = m.call_open + sep + m.function_open + name + end + sep
+    return head + body + m.function_close + sep + m.call_close
 
 
 def _checked_name(name: Any, where: str) -> str:
@@ -295,7 +295,7 @@ def _checked_name(name: Any, where: str) -> str:
 def _value(fmt: ToolCallFormat, value: Any, where: str) -> str:
     """The value as the template prints it, refused where the parser could not read it back."""
     text = value if isinstance(value, str) else _jinja_text(value)
-    written = fmt.markers["separator"] + text
+    written = fmt.markers_as(Qwen3XmlMarkers).separator + text
     for marker in unrepresentable_in_values(fmt):
         if marker in written:
             raise TemplateError(f"{where}: the value holds {marker!r}, which the qwen3-xml format cannot write")
