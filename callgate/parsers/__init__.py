@@ -1,7 +1,8 @@
 """Model text -> events / candidates. Strict and incremental; pure Python.
 
-Knows: how to pick the family machine for a format name. Does not know: templates,
-engines or HTTP. Imports no torch, vllm, fastapi or pydantic.
+Knows: which family machine reads a format (by its `family`: json_calls, qwen3_xml or
+dsml). Does not know: templates, engines or HTTP. Imports no torch, vllm, fastapi or
+pydantic.
 
     parse(format, text, tools=None, *, thinking=False, json_answer=False) -> ParseResult
     stream_parser(format, tools=None, *, thinking=False, json_answer=False) -> StreamParser
@@ -13,22 +14,14 @@ families mark their calls, so an answer never looks like one.
 
 from __future__ import annotations
 
-import importlib
+from typing import assert_never
 
 from callgate.formats import get_format
+from callgate.parsers import dsml, json_calls, qwen3_xml
 from callgate.parsers.base import CallIdFactory, StreamParser, Tools, random_call_id, sequential_call_ids
 from callgate.types import ParseResult
 
 __all__ = ["StreamParser", "parse", "random_call_id", "sequential_call_ids", "stream_parser"]
-
-# family -> module that defines `make_parser(fmt, tools, *, thinking, call_ids) -> StreamParser`
-# (and, for the families in _READS_JSON_ANSWER, a `json_answer` keyword)
-_FAMILY_MODULES = {
-    "dsml": "callgate.parsers.dsml",
-    "qwen3-xml": "callgate.parsers.qwen3_xml",
-    "json": "callgate.parsers.json_calls",
-}
-_READS_JSON_ANSWER = frozenset({"json"})
 
 
 def stream_parser(
@@ -42,12 +35,14 @@ def stream_parser(
     """A fresh per-request parser. `thinking`: the prompt opened a reasoning block;
     `json_answer`: see the module docstring."""
     fmt = get_format(format)
-    module = importlib.import_module(_FAMILY_MODULES[fmt.family])
-    options = {"json_answer": json_answer} if fmt.family in _READS_JSON_ANSWER else {}
-    parser: StreamParser = module.make_parser(
-        fmt, tools, thinking=thinking, call_ids=call_ids or random_call_id, **options
-    )
-    return parser
+    ids = call_ids or random_call_id
+    if fmt.family == "json":
+        return json_calls.make_parser(fmt, tools, thinking=thinking, call_ids=ids, json_answer=json_answer)
+    if fmt.family == "qwen3-xml":
+        return qwen3_xml.make_parser(fmt, tools, thinking=thinking, call_ids=ids)
+    if fmt.family == "dsml":
+        return dsml.make_parser(fmt, tools, thinking=thinking, call_ids=ids)
+    assert_never(fmt.family)
 
 
 def parse(

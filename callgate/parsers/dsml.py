@@ -32,7 +32,8 @@ from enum import Enum, auto
 from callgate.formats import DsmlMarkers, ToolCallFormat
 from callgate.parsers.base import CallIdFactory, ResultBuilder, StreamParser, Tools, tool_names
 from callgate.parsers.dsml_block import HELD_DISTINCT, HELD_SHORT, BlockReader
-from callgate.parsers.dsml_scan import Buffer, MarkerSet, match_literals
+from callgate.parsers.dsml_scan import Buffer, match_literals, scan
+from callgate.parsers.markers import MarkerSet
 from callgate.types import (
     CallEnd,
     Diagnostic,
@@ -65,8 +66,8 @@ _BLOCK, _CONTENT, _REASONING = _S.BLOCK, _S.CONTENT, _S.REASONING
 
 
 @dataclass(frozen=True, slots=True)
-class _Syntax:
-    """The markers of the text around the block; built once per format (see `_syntax`)."""
+class TextSyntax:
+    """The markers of the text around the block; built once per format (see `text_syntax`)."""
 
     fmt: ToolCallFormat
     trigger: str  # "\n\n<｜DSML｜": the call trigger up to the block name (a wrong name is then an error)
@@ -74,10 +75,11 @@ class _Syntax:
     markers: MarkerSet  # what ends text or reasoning
 
 
-_SYNTAX: dict[str, _Syntax] = {}
+_SYNTAX: dict[str, TextSyntax] = {}
 
 
-def _syntax(fmt: ToolCallFormat) -> _Syntax:
+def text_syntax(fmt: ToolCallFormat) -> TextSyntax:
+    """The markers around the block of `fmt`, built once per format."""
     known = _SYNTAX.get(fmt.name)
     if known is not None and known.fmt is fmt:
         return known
@@ -85,8 +87,8 @@ def _syntax(fmt: ToolCallFormat) -> _Syntax:
     trigger = fmt.call_trigger[: fmt.call_trigger.index(m.dsml) + len(m.dsml)]
     glued = trigger.removeprefix(m.call_prefix)
     think = (fmt.reasoning_open or "<think>", fmt.reasoning_close or "</think>")
-    markers = MarkerSet((trigger, glued, m.dsml, fmt.eos, fmt.bos, *think))
-    known = _Syntax(fmt, trigger, glued, markers)
+    markers = MarkerSet.of((trigger, glued, m.dsml, fmt.eos, fmt.bos, *think))
+    known = TextSyntax(fmt, trigger, glued, markers)
     _SYNTAX[fmt.name] = known
     return known
 
@@ -99,7 +101,7 @@ class DsmlParser:
     """Per-request parser. parse(text) == feed(text) + finish(), for any split of text."""
 
     def __init__(self, fmt: ToolCallFormat, tools: Tools, *, thinking: bool, call_ids: CallIdFactory) -> None:
-        syntax = _syntax(fmt)
+        syntax = text_syntax(fmt)
         self._fmt = fmt
         self._names = tool_names(tools)
         self._call_ids = call_ids
@@ -258,7 +260,7 @@ class DsmlParser:
 
     def _text(self, final: bool) -> list[Event]:
         reasoning = self._state is _S.REASONING
-        text, marker = self._markers.scan(self._buf, final=final)
+        text, marker = scan(self._markers, self._buf, final=final)
         events: list[Event] = []
         if text:
             events.append(ReasoningDelta(text) if reasoning else TextDelta(text))

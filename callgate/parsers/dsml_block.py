@@ -16,35 +16,15 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from enum import IntEnum, auto
 from typing import Any
 
 from callgate import strict_json
 from callgate.formats import DsmlMarkers, ToolCallFormat
 from callgate.parsers.base import CallIdFactory
-from callgate.parsers.dsml_scan import Buffer, MarkerSet, match_literals
+from callgate.parsers.dsml_block_syntax import BlockState as _S
+from callgate.parsers.dsml_block_syntax import block_syntax, escaped
+from callgate.parsers.dsml_scan import Buffer, match_literals, scan
 from callgate.types import ArgumentsDelta, CallStart, Diagnostic, Event, ToolCallCandidate
-
-
-class _S(IntEnum):  # IntEnum: hashed in C, and states are dictionary keys on the per-delta path
-    OPEN = auto()  # the block name and ">\n"
-    FIRST_INVOKE = auto()
-    NAME = auto()
-    NAME_END = auto()
-    PARAMS = auto()  # a first parameter, or the "\n" of an empty parameter list
-    EMPTY_CLOSE = auto()
-    KEY = auto()
-    ATTR = auto()
-    FLAG = auto()
-    VALUE = auto()
-    AFTER_PARAM = auto()
-    NEXT_PARAM = auto()
-    AFTER_INVOKE = auto()
-    NEXT_INVOKE = auto()
-    CLOSED = auto()
-    FAILED = auto()
-
 
 _TEXT_STATES = frozenset((_S.VALUE, _S.NAME, _S.KEY))
 # A value's end marker or the end of turn, from its third character on ("</｜", "<｜e"):
@@ -55,7 +35,6 @@ HELD_SHORT, HELD_DISTINCT = 1, 2  # values of BlockReader.held
 # name): `quick` and `waits_for`, on the per-delta path, compare against these.
 _VALUE, _NAME, _KEY, _NAME_END, _OPEN = _S.VALUE, _S.NAME, _S.KEY, _S.NAME_END, _S.OPEN
 _NAME_STOP = re.compile('["\n<>]')  # a name or key ends at '"'; the others are errors
-_TO_ESCAPE = re.compile(r'[\x00-\x1f"\\]')  # what JSON escapes in a string (ensure_ascii off)
 # error code when the text matches none of a state's literals (states with a fixed code)
 _MISMATCH = {
     _S.NAME_END: "bad_invoke_name",
@@ -66,73 +45,6 @@ _MISMATCH = {
 }
 
 
-# json.dumps(..., ensure_ascii=False) builds an encoder per call (~1.5 us here); value text
-# is escaped once per delta while it streams
-_ENCODE = json.JSONEncoder(ensure_ascii=False).encode
-
-
-def _escaped(text: str) -> str:
-    """`text` as the inside of a JSON string literal."""
-    if _TO_ESCAPE.search(text) is None:
-        return text
-    return _ENCODE(text)[1:-1]
-
-
-@dataclass(frozen=True, slots=True)
-class _Syntax:
-    """What a format's block grammar compiles to; built once per format (see `_syntax`)."""
-
-    fmt: ToolCallFormat
-    values: MarkerSet  # what ends a value
-    value_stop: re.Pattern[str]  # value text without these cannot end the value and needs no escape
-    literals: dict[_S, tuple[tuple[str, _S | str], ...]]  # state -> (literal, next state or action)
-    # state -> texts that are a proper prefix of one of its literals (or of the end of turn)
-    # and contain none: the state can only wait for more
-    pending: dict[_S, frozenset[str]]
-
-
-_SYNTAX: dict[str, _Syntax] = {}
-
-
-def _syntax(fmt: ToolCallFormat) -> _Syntax:
-    known = _SYNTAX.get(fmt.name)
-    if known is not None and known.fmt is fmt:
-        return known
-    literals = _literal_table(fmt)
-    pending = {state: _proper_prefixes([lit for lit, _ in alts] + [fmt.eos]) for state, alts in literals.items()}
-    ends = (fmt.markers_as(DsmlMarkers).param_close, fmt.eos)
-    values = MarkerSet(ends)
-    # one character class: measured faster than an alternation of two
-    value_stop = re.compile("[" + "".join(sorted({re.escape(m[0]) for m in ends})) + _TO_ESCAPE.pattern[1:])
-    known = _Syntax(fmt, values, value_stop, literals, pending)
-    _SYNTAX[fmt.name] = known
-    return known
-
-
-def _proper_prefixes(alternatives: Sequence[str]) -> frozenset[str]:
-    prefixes = {alt[:k] for alt in alternatives for k in range(1, len(alt))}
-    return frozenset(p for p in prefixes if not any(p.startswith(alt) for alt in alternatives))
-
-
-def _literal_table(fmt: ToolCallFormat) -> dict[_S, tuple[tuple[str, _S | str], ...]]:
-    """state -> its literal alternatives, each with the next state or an action name."""
-    m = fmt.markers_as(DsmlMarkers)
-    end = m.tag_end  # '">', right after a name or the string flag
-    return {
-        _S.OPEN: ((m.block_open.split(m.dsml, 1)[1] + "\n", _S.FIRST_INVOKE),),
-        _S.FIRST_INVOKE: ((m.invoke_open, "open_invoke"),),
-        _S.NAME_END: ((end + "\n", "start_call"),),
-        _S.PARAMS: ((m.param_open, _S.KEY), ("\n", _S.EMPTY_CLOSE)),
-        _S.EMPTY_CLOSE: ((m.invoke_close, "end_invoke"),),
-        _S.ATTR: ((m.string_attr, _S.FLAG),),
-        _S.FLAG: (("true" + end, "string_value"), ("false" + end, "json_value")),
-        _S.AFTER_PARAM: (("\n", _S.NEXT_PARAM),),
-        _S.NEXT_PARAM: ((m.param_open, _S.KEY), (m.invoke_close, "end_invoke")),
-        _S.AFTER_INVOKE: (("\n", _S.NEXT_INVOKE),),
-        _S.NEXT_INVOKE: ((m.invoke_open, "open_invoke"), (m.block_close, _S.CLOSED)),
-    }
-
-
 class BlockReader:
     """Reads one calls block; `run` consumes what it can decide and returns the events."""
 
@@ -140,7 +52,7 @@ class BlockReader:
         m = fmt.markers_as(DsmlMarkers)
         self._fmt, self._m = fmt, m
         self._call_ids = call_ids
-        syntax = _syntax(fmt)
+        syntax = block_syntax(fmt)
         self._values = syntax.values
         self._value_stop = syntax.value_stop
         self._pending = syntax.pending
@@ -337,15 +249,15 @@ class BlockReader:
 
     def _value_text(self, text: str) -> list[Event]:
         self._raw.append(text)
-        return [ArgumentsDelta(self._index, _escaped(text))] if self._is_str else []
+        return [ArgumentsDelta(self._index, escaped(text))] if self._is_str else []
 
     def _read_value(self, buf: Buffer, final: bool) -> list[Event]:
         at = buf.offset
-        text, marker = self._values.scan(buf, final=final)
+        text, marker = scan(self._values, buf, final=final)
         self._raw.append(text)
         events: list[Event] = []
         if self._is_str and text:
-            events.append(ArgumentsDelta(self._index, _escaped(text)))
+            events.append(ArgumentsDelta(self._index, escaped(text)))
         close = self._m.param_close
         if marker == close:
             events += self._end_value()

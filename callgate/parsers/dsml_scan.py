@@ -1,5 +1,6 @@
-"""Incremental text scanning for the DSML parser: a buffer with absolute offsets, a set of
-markers searched with a bounded hold-back, and a matcher for literal alternatives.
+"""Incremental text scanning for the DSML parser: a buffer with absolute offsets, a scan
+for the earliest of a MarkerSet (parsers/markers.py) with its bounded hold-back, and a
+matcher for literal alternatives.
 
 Knows: strings and offsets only. Does not know: DSML, events or diagnostics.
 
@@ -9,9 +10,10 @@ most one marker's length of held-back text, so feeding a text costs O(len(text))
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+from callgate.parsers.markers import MarkerSet
 
 
 class Buffer:
@@ -77,51 +79,17 @@ class Buffer:
 Hit = tuple[str, str | None]
 
 
-class MarkerSet:
-    """Finds the earliest of several markers; holds back a possible partial marker at the end.
-
-    No marker may be a prefix of another (so the earliest match never depends on how the
-    text was split)."""
-
-    __slots__ = ("_longest", "_prefixes", "_rx", "_waiting", "starts")
-
-    def __init__(self, markers: Sequence[str]) -> None:
-        ordered = sorted(set(markers), key=len, reverse=True)
-        self._rx = re.compile("|".join(re.escape(m) for m in ordered))
-        self._prefixes = frozenset(m[:k] for m in ordered for k in range(1, len(m)))
-        self._longest = max(map(len, self._prefixes), default=0)
-        self._waiting = frozenset(p for p in self._prefixes if self._rx.search(p) is None)
-        # a text with none of these characters holds no marker and no part of one
-        self.starts = re.compile("[" + "".join(sorted({re.escape(m[0]) for m in ordered})) + "]")
-
-    def scan(self, buf: Buffer, *, final: bool) -> Hit:
-        """Consume text up to (and including) the earliest marker, or up to a possible partial
-        marker at the end (everything when `final`)."""
-        rest = buf.rest()
-        hit = self._rx.search(rest)
-        if hit is not None:
-            text = buf.take(hit.start())
-            marker = hit.group()
-            buf.take(len(marker))
-            return text, marker
-        hold = 0 if final else self._held(rest)
-        return buf.take(len(rest) - hold), None
-
-    def waits(self, text: str) -> bool:
-        """True when a scan of exactly `text` would hold all of it back (it is the start of a
-        marker and holds none)."""
-        return text in self._waiting
-
-    def _held(self, rest: str) -> int:
-        """Length of the longest end of `rest` that is a proper prefix of a marker: only the
-        last `_longest` characters, and only where a marker's first character stands."""
-        n = len(rest)
-        start = self.starts.search(rest, max(0, n - self._longest))
-        while start is not None:
-            if rest[start.start() :] in self._prefixes:
-                return n - start.start()
-            start = self.starts.search(rest, start.start() + 1)
-        return 0
+def scan(markers: MarkerSet, buf: Buffer, *, final: bool) -> Hit:
+    """Consume text up to (and including) the earliest of `markers`, or up to a possible
+    partial marker at the end (everything when `final`)."""
+    rest = buf.rest()
+    hit = markers.pattern.search(rest)
+    if hit is not None:
+        text = buf.take(hit.start())
+        marker = hit.group()
+        buf.take(len(marker))
+        return text, marker
+    return buf.take(len(rest) if final else markers.hold_from(rest)), None
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,4 +1,4 @@
-"""What the JSON-family parser reads from a format spec, and a marker finder with hold-back.
+"""What the JSON-family parser reads from a format spec.
 
 Knows: how the `markers` of the three JSON-family formats (hermes, llama3-json, mistral)
 map onto one parser: the call layout, the block markers, the end-of-turn tokens, the keys of
@@ -18,6 +18,7 @@ from functools import cache
 from typing import Literal
 
 from callgate.formats import HermesMarkers, Llama3Markers, MistralMarkers, ToolCallFormat, get_format, json_markers
+from callgate.parsers.markers import MarkerSet
 
 Layout = Literal["object", "single", "list"]
 # What a marker met in free text means.
@@ -29,59 +30,6 @@ Action = Literal[
     "text_before_call",  # a call after content where the format forbids it
     "special",  # any other control token
 ]
-
-
-@dataclass(frozen=True, slots=True)
-class MarkerSet:
-    """Finds the earliest of a fixed set of markers, and how much of a text's tail could
-    still become one (the hold-back a streaming parser must keep)."""
-
-    markers: tuple[str, ...]
-    pattern: re.Pattern[str]
-    prefixes: frozenset[str]  # proper, non-empty prefixes of the markers
-    waiting: frozenset[str]  # those with no whole marker inside: such a text can only wait
-    first_chars: frozenset[str]
-    first_pattern: re.Pattern[str]  # any character that starts a marker
-    longest: int
-
-    @staticmethod
-    def of(markers: tuple[str, ...]) -> MarkerSet:
-        ordered = tuple(sorted(set(markers), key=lambda m: (-len(m), m)))
-        alternation = "|".join(re.escape(m) for m in ordered) or r"(?!x)x"
-        prefixes = frozenset(m[:k] for m in ordered for k in range(1, len(m)))
-        pattern = re.compile(alternation)
-        return MarkerSet(
-            ordered,
-            pattern,
-            prefixes,
-            frozenset(p for p in prefixes if pattern.search(p) is None),
-            frozenset(m[0] for m in ordered),
-            re.compile(
-                "[" + "".join(sorted(re.escape(c) for c in {m[0] for m in ordered})) + "]" if ordered else r"(?!x)x"
-            ),
-            max((len(m) for m in ordered), default=0),
-        )
-
-    def find(self, text: str, start: int) -> re.Match[str] | None:
-        return self.pattern.search(text, start)
-
-    def hold_from(self, text: str, start: int) -> int:
-        """The first index >= start from which text's tail is a proper prefix of a marker
-        (len(text) when none): the text from there must wait for more input."""
-        end = len(text)
-        for i in range(max(start, end - self.longest + 1), end):
-            if text[i] in self.first_chars and text[i:] in self.prefixes:
-                return i
-        return end
-
-    def at(self, text: str, pos: int) -> str | None:
-        """The marker starting exactly at pos, if any."""
-        m = self.pattern.match(text, pos)
-        return m.group() if m else None
-
-    def could_start(self, text: str, pos: int) -> bool:
-        """text[pos:] is a proper prefix of a marker (more input could complete one)."""
-        return text[pos:] in self.prefixes
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,7 +110,7 @@ def json_family_spec(format: str) -> JsonFamilySpec:
     # after a call, these open a block, end the turn or are an error as soon as they begin
     decided = (*_ends(fmt), *((sep + block_open, block_open) if layout != "single" else ()))
     start = block_open if layout == "single" else fmt.reasoning_open or ""
-    text_stop = content_markers.first_pattern.pattern + (f"|{re.escape(sep)}\\Z" if sep else "")
+    text_stop = content_markers.starts.pattern + (f"|{re.escape(sep)}\\Z" if sep else "")
     return JsonFamilySpec(
         format=fmt.name,
         layout=layout,
@@ -179,7 +127,7 @@ def json_family_spec(format: str) -> JsonFamilySpec:
         content_markers=content_markers,
         content_actions=actions,
         text_stop=re.compile(text_stop),
-        thought_stop=re.compile(reasoning_markers.first_pattern.pattern + r"|\n\Z"),
+        thought_stop=re.compile(reasoning_markers.starts.pattern + r"|\n\Z"),
         ends_set=MarkerSet.of(_ends(fmt)),
         reasoning_markers=reasoning_markers,
         block_markers=MarkerSet.of((*_ends(fmt), block_open, *closes)),
