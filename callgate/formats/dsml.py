@@ -3,6 +3,8 @@
 Knows: the DSML call syntax as typed markers, the two versions' result tags, special
 tokens and (v4) quick-task tokens. Does not know: rendering, parsing or constraining
 (templates/dsml*.py, parsers/dsml*.py, constraints/*dsml.py read these specs).
+Rendered by templates/dsml*.py, parsed by parsers/dsml*.py, constrained by
+constraints/lark_dsml.py (lark_params.py, lark_raw.py).
 """
 
 from __future__ import annotations

@@ -9,6 +9,8 @@ exactly the keys `name_key` and `arguments_key`. Tool results go back in a user 
 Qwen2.5 templates' own (golden/hermes/fixed_texts.json). Also the two framing names (the
 Qwen3 framing reads `reasoning_effort="none"` as its `enable_thinking=False`).
 Does not know: rendering, parsing or constraining.
+Rendered by templates/chatml.py, parsed by parsers/json_*.py (parsers/json_spec.py reads these
+markers), constrained by constraints/lark_json.py.
 """
 
 from __future__ import annotations

@@ -7,6 +7,8 @@ json.dumps(tool, indent=tools_indent) + tool_separator each, after the prefix of
 `tools_position` ("user": first user message, the template default; "system"). The
 parser's: one bare call object, optionally after python_tag (layout "single").
 Does not know: rendering, parsing or constraining.
+Rendered by templates/llama3.py (templates/json_messages.py), parsed by parsers/json_*.py,
+constrained by constraints/lark_json.py.
 """
 
 from __future__ import annotations

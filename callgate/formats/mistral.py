@@ -7,6 +7,8 @@ the control tokens (the 20 named ones of tekken_240718 plus <SPECIAL_20..999>), 
 form of the call ids the model writes itself (exactly 9 letters/digits). The parser's
 layout is "list": one JSON list of call objects after `calls`.
 Does not know: rendering, parsing or constraining.
+Rendered by templates/mistral.py, parsed by parsers/json_*.py, constrained by
+constraints/lark_json.py.
 """
 
 from __future__ import annotations

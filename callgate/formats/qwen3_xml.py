@@ -8,6 +8,8 @@ Values carry no type marker: they are typed by the declared JSON schema of the p
 `think_open` / `think_close` are read by the parser only (a leading reasoning block, as
 other families that share this syntax write it); the Qwen3-Coder template has no reasoning.
 Does not know: rendering, parsing or constraining.
+Rendered by templates/qwen3_xml.py, parsed by parsers/qwen3_xml*.py, constrained by
+constraints/lark_qwen3_xml.py and lark_qwen3_values.py.
 """
 
 from __future__ import annotations

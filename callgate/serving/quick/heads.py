@@ -7,7 +7,7 @@ the format's own task token or instruction suffix and everything before it is
 byte-identical to the main prompt), the regex that constrains a categorical head, which
 label spelling a partial answer is bound to (`Choice`), the token bound of a text head, and
 how a head's output decodes. Does not know: engines, requests or concurrency (`quick.py`
-runs heads), HTTP, or any format's syntax (that lives in `formats.py` / the templates).
+runs heads), HTTP, or any format's syntax (that lives in `callgate/formats/` and the templates).
 
 Text heads are length-bounded: `title` at 16 tokens (the instruction asks for at most eight
 words, ~1.3 tokens a word in English plus quotes, which leaves room for a blank line or two
