@@ -337,23 +337,3 @@ def test_parallel_fill_follows_the_setting_else_the_cores(monkeypatch: pytest.Mo
     assert processor.parallel_fill_default() is False
     monkeypatch.setattr(processor.os, "cpu_count", lambda: 64)
     assert processor.parallel_fill_default() is True
-
-
-def test_a_row_far_from_its_budget_is_not_planned_every_step(monkeypatch: pytest.MonkeyPatch) -> None:
-    """While the tokens left exceed the plan by more than a token could add, planning is
-    skipped (SLACK + 1 per token of room); the call still closes within max_tokens."""
-    from callgate.decoding.budget import BudgetClosing
-
-    plans: list[int] = []
-    real = BudgetClosing._plan
-
-    def counted(self: BudgetClosing, row: Any) -> Any:
-        plans.append(len(row.output))
-        return real(self, row)
-
-    monkeypatch.setattr(BudgetClosing, "_plan", counted)
-    spec = of(constraints.build("hermes", WEATHER, "required", True, None, V))
-    for seed in range(3):
-        plans.clear()
-        check_closed("hermes", spec, 120, seed=seed)
-        assert plans and len(plans) < len(set(range(plans[0], plans[-1] + 1))), plans

@@ -76,26 +76,15 @@ class BudgetClosing:
                 return None
             # a whole call is written: end here; else (auto, text so far) start no call
             return eos if row.spec.needs_call or row.called else _NO_CALL
-        if row.replan_at is not None and left > row.replan_at:
-            return None  # the plan cannot have grown into the budget yet (see below)
         plan = self._plan(row)
         if plan is None:
             return None
         ended = self._ends_a_call(row, plan)  # only the markup after a whole call is left
-        if row.last_plan is not None:  # what a free token added to the plan (per token since)
-            since = max(1, row.last_plan_left - left)
-            row.growth = max(row.growth, -(-(len(plan) - row.last_plan) // since) + 1)
-        row.last_plan, row.last_plan_left = len(plan), left
+        if row.last_plan is not None:  # what the last free token added to the plan
+            row.growth = max(row.growth, len(plan) - row.last_plan + 1)
+        row.last_plan = len(plan)
         margin = max(SLACK, row.growth + 2)
-        room = left - (len(plan) + 1 + margin) - 1
-        if ended and cost is not None:
-            room = min(room, left - (cost + len(plan) + 1) - 1)
-        if room >= 0:
-            # free. No token adds more than SLACK to a plan (the margin's premise), so the
-            # next `room // (SLACK + 1)` tokens cannot bring it to commit: plan again after
-            # them, not every step (a plan costs ~1 ms on a 152k vocabulary)
-            skip = room // (SLACK + 1)
-            row.replan_at = left - skip if skip > 1 else None
+        if left > len(plan) + 1 + margin and not (ended and cost is not None and left <= cost + len(plan) + 1):
             return None
         row.plan = plan[1:]  # committed: a plan re-made mid-marker would lose its way
         if self.closing_dir and row.spec.request_id and not ended:

@@ -69,9 +69,7 @@ class Row:
     called: bool = False  # a call trigger was written
     call_cost: int | None = None  # tokens of the first call from its trigger on (planned)
     plan: list[int] | None = None  # tokens to follow to the end of the grammar
-    last_plan: int | None = None  # the plan's length when last planned (while free)
-    last_plan_left: int = 0  # the tokens left then
-    replan_at: int | None = None  # plan again once the tokens left fall to this (while free)
+    last_plan: int | None = None  # the plan's length at the last step (while free)
     growth: int = 0  # the most one free token has added to the plan
 
     def remaining(self) -> int | None:
