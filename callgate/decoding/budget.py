@@ -4,7 +4,10 @@ within max_tokens at the end of its grammar, never mid-call.
 Knows: closing plans (closing.py: the bytes that end the grammar from the row's state,
 planned on a byte-vocabulary twin of its matcher), the vocabulary's longest tokens for a
 plan's bytes, the cost of a shortest call, and closing marks (closing_marks.py). A row keeps
-its plan up to date; once the tokens left no longer exceed the plan's tokens plus EOS plus a
+its plan up to date, cheaply: a plan is kept while the row writes its first bytes, or while
+it (or a tail of it) still ends the grammar from the row's new state — inside a string value
+nothing changes — and only then made afresh (~10 masks); a grammar's byte twin and its plan
+from the start are made once and copied. Once the tokens left no longer exceed the plan's tokens plus EOS plus a
 margin (`SLACK`, or two more than the most one free token has added to this row's plan), it
 follows the plan, token by token, then EOS, and marks its request (the server flags the call
 it cut `truncated` and answers `finish_reason: "length"`). Once a whole call is written and
@@ -24,12 +27,13 @@ import torch
 from callgate.constraints.llg import LlgVocabulary, matcher
 from callgate.decoding import closing_marks
 from callgate.decoding.closing import closing_plan, format_closers
-from callgate.decoding.rows import Row
+from callgate.decoding.rows import KeptPlan, Row
 
 BOUND = 128  # tokens before max_tokens from which a row keeps a closing plan
 # What one free token may add to a plan (a `,` that opens another key and its value): the
 # row follows its plan this many tokens before the plan alone would still fit.
 SLACK = 12
+_KEPT = 256  # grammars whose twin, start plan and call cost are kept
 
 
 class BudgetClosing:
@@ -42,6 +46,8 @@ class BudgetClosing:
         self._special_ids = frozenset(vocab.specials.values())
         self._trigger_masks: dict[str, torch.Tensor] = {}
         self._call_costs: dict[str, int | None] = {}  # grammar key -> a shortest call's tokens
+        self._start_plans: dict[str, KeptPlan] = {}  # grammar key -> its plan from the start
+        self._twins: dict[str, Any] = {}  # grammar key -> its byte twin at the start
 
     def close(self, i: int, row: Row, host: torch.Tensor) -> int:
         """Force row `i`'s mask in `host` to the token the row must take now to end within
@@ -79,17 +85,36 @@ class BudgetClosing:
         plan = self._plan(row)
         if plan is None:
             return None
-        ended = self._ends_a_call(row, plan)  # only the markup after a whole call is left
         if row.last_plan is not None:  # what the last free token added to the plan
             row.growth = max(row.growth, len(plan) - row.last_plan + 1)
         row.last_plan = len(plan)
-        margin = max(SLACK, row.growth + 2)
-        if left > len(plan) + 1 + margin and not (ended and cost is not None and left <= cost + len(plan) + 1):
+        if self._free(row, plan, left, cost):
             return None
+        if row.kept_reused:  # commit on the shorter of the kept plan and one made here
+            kept = row.kept
+            fresh = self._plan(row, fresh=True)
+            if fresh is None or len(fresh) > len(plan):
+                row.kept = kept
+            else:
+                plan = fresh
+            row.last_plan = len(plan)
+            if self._free(row, plan, left, cost):
+                return None
+        ended = self._ends_a_call(row, plan)
         row.plan = plan[1:]  # committed: a plan re-made mid-marker would lose its way
         if self.closing_dir and row.spec.request_id and not ended:
             closing_marks.mark(self.closing_dir, row.spec.request_id)
         return plan[0] if plan else eos
+
+    def _free(self, row: Row, plan: list[int], left: int, cost: int | None) -> bool:
+        """Whether the row may still write freely: the budget holds its plan, EOS and a
+        margin for what the next token may add (and, where the plan only closes the markup
+        after a whole call, room for another call)."""
+        margin = max(SLACK, row.growth + 2)
+        if left <= len(plan) + 1 + margin:
+            return False
+        ended = self._ends_a_call(row, plan)  # only the markup after a whole call is left
+        return not (ended and cost is not None and left <= cost + len(plan) + 1)
 
     def _ends_a_call(self, row: Row, plan: list[int]) -> bool:
         """Whether the row has written a whole call and its plan only closes the markup
@@ -110,7 +135,7 @@ class BudgetClosing:
             return row.call_cost
         key = row.spec.key
         if key not in self._call_costs:
-            self._call_costs[key] = self._plan_call(row.spec.plain, trigger.encode(), key.partition(":")[0])
+            _keep(self._call_costs, key, self._plan_call(row.spec.plain, trigger.encode(), key.partition(":")[0]))
         row.call_cost = self._call_costs[key]
         return row.call_cost
 
@@ -141,21 +166,58 @@ class BudgetClosing:
             found = self._trigger_masks[trigger] = bits.sum(dim=1).to(torch.int64).apply_(_signed).to(torch.int32)
         return found
 
-    def _plan(self, row: Row) -> list[int] | None:
+    def _plan(self, row: Row, fresh: bool = False) -> list[int] | None:
         """Tokens from the row's state to the end of its grammar (the plan's bytes in the
-        vocabulary's longest tokens the matcher takes; one-byte tokens where it does not)."""
+        vocabulary's longest tokens the matcher takes; one-byte tokens where it does not).
+        A plan is kept while it, or a tail of it, still ends the grammar from the row's new
+        state (a token inside a string value, or one the plan itself begins with, leaves
+        the way out as it was): checking is a consume or two, planning afresh ~30 masks;
+        a grammar's plan from its start is made once. `fresh`: plan from this state."""
         twin = self._twin(row)
         if twin is None:
             return None
-        closers = format_closers(row.spec.key.partition(":")[0])
-        plan = closing_plan(twin, _STEPS, 256, closers, max_bytes=4 * BOUND)
-        if plan is None:
-            return None
-        return self._tokens(row.matcher, plan)
+        kept = None if fresh else self._kept(row, twin)
+        row.kept_reused = kept is not None
+        if kept is None:
+            closers = format_closers(row.spec.key.partition(":")[0])
+            plan = closing_plan(twin, _STEPS, 256, closers, max_bytes=4 * BOUND)
+            if plan is None:
+                row.kept = None
+                return None
+            kept = KeptPlan(plan, self._tokens(row.matcher, plan), row.twin_bytes, row.consumed)
+            if not row.twin_bytes and not row.consumed:
+                _keep(self._start_plans, row.spec.key, kept)
+        row.kept = kept
+        return kept.tokens
+
+    def _kept(self, row: Row, twin: Any) -> KeptPlan | None:
+        """The row's kept plan brought to its new state, or None where it no longer ends
+        the grammar (or the row has none: a grammar's start takes its start plan)."""
+        old = row.kept
+        if old is None:
+            start = self._start_plans.get(row.spec.key)
+            return start if start is not None and not row.twin_bytes and not row.consumed else None
+        here = (row.twin_bytes, row.consumed)
+        done = bytes(row.text[old.text_at : row.twin_bytes])
+        if old.data.startswith(done):  # the row wrote the plan's first bytes: the rest ends it
+            written = row.output[old.output_at : row.consumed]
+            if old.tokens[: len(written)] == written:
+                return KeptPlan(old.data[len(done) :], old.tokens[len(written) :], *here)
+            return KeptPlan(old.data[len(done) :], self._tokens(row.matcher, old.data[len(done) :]), *here)
+        for j in range(len(old.data)):  # the plan, or its longest tail that ends the grammar
+            tail = old.data[j:]
+            if _still_ends(twin, tail):
+                return KeptPlan(tail, old.tokens if not j else self._tokens(row.matcher, tail), *here)
+        return None
 
     def _twin(self, row: Row) -> Any:
+        """The row's byte-vocabulary matcher, fed its output so far (a copy of its grammar's
+        first twin: building one parses the grammar, milliseconds)."""
         if row.twin is None:
-            row.twin = matcher(row.spec.plain, _BYTES)
+            first = self._twins.get(row.spec.key)
+            if first is None:
+                first = _keep(self._twins, row.spec.key, matcher(row.spec.plain, _BYTES))
+            row.twin = first.deep_copy()
         feed = bytes(row.text[row.twin_bytes :])
         if feed:
             done = row.twin.try_consume_tokens(list(feed))
@@ -181,6 +243,24 @@ class BudgetClosing:
         if out:
             m.rollback(len(out))
         return out
+
+
+def _keep(kept: dict[str, Any], key: str, value: Any) -> Any:
+    """Keep `value` under `key` in a per-grammar map of at most _KEPT entries (oldest out)."""
+    kept[key] = value
+    while len(kept) > _KEPT:
+        kept.pop(next(iter(kept)))
+    return value
+
+
+def _still_ends(twin: Any, plan: bytes) -> bool:
+    """Whether `plan` still takes the byte twin from its state to the end of its grammar."""
+    done = twin.try_consume_tokens(list(plan)) if plan else 0
+    try:
+        return done == len(plan) and twin.is_accepting()
+    finally:
+        if done:
+            twin.rollback(done)
 
 
 def _bit(j: int) -> int:

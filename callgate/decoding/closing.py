@@ -1,13 +1,15 @@
 """Budget closing: a short way from a matcher's state to the end of the grammar.
 
-Knows: llguidance's matcher (consume, rollback, is_accepting) and a vocabulary's single-byte
+Knows: llguidance's matcher (consume, rollback, is_accepting, masks, forced bytes) and a vocabulary's single-byte
 tokens. Does not know: formats (callers pass the texts that close their structures), HTTP.
 
     plan = closing_plan(matcher, steps, closers)   # bytes that end the grammar, or None
 
 The planner walks forward from the matcher's state one byte at a time, then rolls every byte
 back, so the matcher is left as it was. At each byte it takes, in order: the end of the
-grammar (EOS allowed: done); of `closers` (format markers such as `\n</tool_call>`, a JSON
+grammar (EOS allowed: done); the bytes the grammar forces from here (llguidance's
+`compute_ff_bytes`, one call for a key name's rest or a marker's, unless a closer goes on
+past them); of `closers` (format markers such as `\n</tool_call>`, a JSON
 string's `"`, `}` and `]`) the one admitted whole after which the grammar admits the fewest
 bytes, if that is few (it ended a free-text state); else the first admitted byte of
 `_PREFERENCE` (a value's shortest spellings first: `"` `0` `[` `{` `t` `f` `n`, then
@@ -57,13 +59,18 @@ def closing_plan(
     ordered = sorted(set(closers), key=len)
     last, run, avoid = b"", 0, b""
     width = max([eos_token_id, *steps.values()]) + 1
+    mask = numpy.zeros(((width + 31) // 32,), dtype=numpy.int32)
     try:
         while True:
             if matcher.is_accepting():
                 return bytes(out)
             if matcher.is_error() or len(out) >= max_bytes:
                 return None
-            piece = _closer(matcher, steps, ordered, width) or _byte(matcher, steps, avoid)
+            # bytes the grammar admits alone, in one call; else one mask that closers and bytes read
+            piece: bytes | None = _forced(matcher, steps, ordered)
+            if not piece:
+                admitted = _mask(matcher, mask)
+                piece = _closer(matcher, steps, ordered, mask, admitted) or _byte(matcher, steps, admitted, avoid)
             if piece is None:
                 return None
             # a byte taken again and again keeps a value open (`^a+b$` under `a`): avoid it once
@@ -77,18 +84,37 @@ def closing_plan(
             matcher.rollback(taken)
 
 
-def _closer(matcher: Any, steps: Mapping[int, int], closers: Sequence[bytes], width: int) -> bytes | None:
+def _forced(matcher: Any, steps: Mapping[int, int], closers: Sequence[bytes]) -> bytes:
+    """The bytes every way on from here begins with, taken (b"" when there is a choice, or
+    when a closer goes on past them: the closer is weighed as a whole, by `_closer`)."""
+    data = bytes(matcher.compute_ff_bytes())
+    ids = [steps.get(b) for b in data]
+    if not data or None in ids or any(len(c) > len(data) and c.startswith(data) for c in closers):
+        return b""
+    done = matcher.try_consume_tokens(ids)
+    return bytes(data[:done])
+
+
+def _mask(matcher: Any, mask: numpy.ndarray) -> int:
+    """The matcher's mask as an int (bit i: token i admitted)."""
+    matcher.unsafe_compute_mask_ptr(mask.ctypes.data, mask.nbytes)
+    return int.from_bytes(mask.tobytes(), "little")
+
+
+def _closer(
+    matcher: Any, steps: Mapping[int, int], closers: Sequence[bytes], mask: numpy.ndarray, admitted: int
+) -> bytes | None:
     """The admitted closer after which the fewest bytes are admitted: a closer that ends a
     free-text state (a string's `"`, `</think>`) leaves few, one that is only text there
     leaves them all. None when none narrows the grammar to at most `_NARROW` bytes."""
     best: tuple[int, int, bytes] | None = None
     for text in closers:
         ids = [steps.get(b) for b in text]
-        if None in ids:
+        if None in ids or not admitted >> ids[0] & 1:  # type: ignore[operator]
             continue
         done = matcher.try_consume_tokens(ids)
         if done == len(ids):
-            n = 0 if matcher.is_accepting() else _admitted(matcher, width)
+            n = 0 if matcher.is_accepting() else _mask(matcher, mask).bit_count()
             if best is None or (n, len(text)) < best[:2]:
                 best = (n, len(text), text)
         if done:
@@ -99,18 +125,12 @@ def _closer(matcher: Any, steps: Mapping[int, int], closers: Sequence[bytes], wi
     return best[2]
 
 
-def _admitted(matcher: Any, width: int) -> int:
-    mask = numpy.zeros(((width + 31) // 32,), dtype=numpy.int32)
-    matcher.unsafe_compute_mask_ptr(mask.ctypes.data, mask.nbytes)
-    return int(numpy.unpackbits(mask.view(numpy.uint8)).sum())
-
-
-def _byte(matcher: Any, steps: Mapping[int, int], avoid: bytes = b"") -> bytes | None:
+def _byte(matcher: Any, steps: Mapping[int, int], admitted: int, avoid: bytes = b"") -> bytes | None:
     for b in _PREFERENCE:
         if avoid and b == avoid[0]:
             continue
         token = steps.get(b)
-        if token is not None and matcher.try_consume_tokens([token]) == 1:
+        if token is not None and admitted >> token & 1 and matcher.try_consume_tokens([token]) == 1:
             return bytes([b])
     return None
 

@@ -55,6 +55,16 @@ def row_spec(extra_args: Mapping[str, Any] | None) -> RowSpec | None:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class KeptPlan:
+    """A closing plan and the state it was made from."""
+
+    data: bytes  # the bytes that end the grammar
+    tokens: list[int]  # the same in the vocabulary's tokens
+    text_at: int  # output bytes read at that state
+    output_at: int  # output tokens consumed at that state
+
+
 @dataclass(slots=True)
 class Row:
     spec: RowSpec
@@ -71,6 +81,8 @@ class Row:
     plan: list[int] | None = None  # tokens to follow to the end of the grammar
     last_plan: int | None = None  # the plan's length at the last step (while free)
     growth: int = 0  # the most one free token has added to the plan
+    kept: KeptPlan | None = None  # the plan in use (budget.py)
+    kept_reused: bool = False  # this step's plan is the kept one, made at an earlier state
 
     def remaining(self) -> int | None:
         return None if self.max_tokens is None else self.max_tokens - len(self.output)

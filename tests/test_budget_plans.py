@@ -1,0 +1,111 @@
+"""Budget closing keeps its plan between steps (callgate.decoding.budget): a kept plan, or a
+tail of it, is used while it still ends the grammar from the row's new state, a grammar's
+plan from its start and its byte twin are made once. Whatever a step's plan came from, it
+must end the grammar from that step's state: checked at every step of random outputs, on
+the real matchers (the byte twin and the row's own)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+import callgate.constraints as constraints
+from callgate.decoding.rows import Row
+from callgate.formats import get_format
+from callgate.parsers import parse
+from tests.llg_harness import EOS
+from tests.test_decoding_processor import NAMED, WEATHER, WIDTH, ByteBatch, Update, V, of, params
+
+FILES = [
+    {
+        "type": "function",
+        "function": {
+            "name": "write_file",
+            "parameters": {
+                "type": "object",
+                "properties": {"path": {"type": "string"}, "content": {"type": "string"}, "mode": {"enum": ["w", "a"]}},
+                "required": ["path", "content", "mode"],
+            },
+        },
+    },
+    *WEATHER,
+]
+
+
+def ends(m: Any, tokens: list[int]) -> bool:
+    """Whether `tokens` take a copy of matcher `m` to an accepting state."""
+    probe = m.deep_copy()
+    return bool(probe.try_consume_tokens(tokens) == len(tokens) and probe.is_accepting())
+
+
+def check_plan(batch: ByteBatch, row: Row) -> bool | None:
+    """The row's plan ends the grammar on its twin and on its matcher; whether it was kept
+    (None: the row plans no more, it follows a committed plan or is past its grammar's end)."""
+    kept = row.kept
+    if kept is None or row.plan is not None:
+        return None
+    twin = batch.closing._twins[row.spec.key].deep_copy()
+    assert twin.try_consume_tokens(list(row.text)) == len(row.text)
+    assert ends(twin, list(kept.data)), (bytes(row.text), kept.data)
+    assert ends(row.matcher, kept.tokens), (bytes(row.text), kept.data, kept.tokens)
+    assert bytes(b for t in kept.tokens for b in batch.pieces[t]) == kept.data
+    return row.kept_reused
+
+
+# budgets that hold the chosen tool's shortest call (write_file's is ~150 bytes in qwen3-xml)
+CASES = [
+    (fmt, tools, choice, max_tokens)
+    for fmt in ("hermes", "mistral", "llama3-json", "qwen3-xml")
+    for tools, choice, budgets in ((WEATHER, NAMED, (90, 200)), (FILES, "required", (180, 260)))
+    for max_tokens in budgets
+]
+
+
+@pytest.mark.parametrize(
+    ("fmt", "tools", "choice", "max_tokens"),
+    CASES,
+    ids=[f"{c[0]}-{len(c[1])}-{c[3]}" for c in CASES],
+)
+def test_every_plan_ends_the_grammar_from_its_step(fmt: str, tools: list[Any], choice: Any, max_tokens: int) -> None:
+    spec = of(constraints.build(fmt, tools, choice, fmt != "mistral", None, V))
+    kept = free = 0
+    for seed in range(3):
+        batch = ByteBatch(None, "cpu", False)
+        out: list[int] = []
+        batch.update_state(Update(added=[(0, params(spec, max_tokens), None, out)]))
+        g = torch.Generator().manual_seed(seed)
+        # printable bytes likelier, so that string values run on (where a plan is kept)
+        bias = torch.zeros(WIDTH)
+        bias[ord("a") : ord("z") + 1] = 2.0
+        for _ in range(max_tokens):
+            logits = torch.randn(1, WIDTH, generator=g) + bias
+            logits[0, EOS] -= 3
+            batch.apply(logits)
+            reused = check_plan(batch, batch.rows[0])
+            free += reused is not None
+            kept += bool(reused)
+            t = int(torch.argmax(logits[0]))
+            if t == EOS:
+                break
+            out.append(t)
+        assert len(out) <= max_tokens
+        result = parse(fmt, bytes(out).decode() + get_format(fmt).eos, tools)
+        assert result.diagnostics == () and result.candidates, bytes(out)
+    assert kept or free < 10, "no step kept its plan: the reuse path was not exercised"
+
+
+def test_a_grammar_s_twin_and_start_plan_are_made_once() -> None:
+    spec = of(constraints.build("hermes", WEATHER, "required", True, None, V))
+    batch = ByteBatch(None, "cpu", False)
+    outs: list[list[int]] = [[], []]
+    batch.update_state(Update(added=[(0, params(spec, 128), None, outs[0])]))
+    batch.apply(torch.zeros(1, WIDTH))
+    first = batch.rows[0]
+    assert first.kept is not None and not first.kept_reused  # planned from the start
+    batch.update_state(Update(added=[(1, params(spec, 128), None, outs[1])]))
+    batch.apply(torch.zeros(2, WIDTH))
+    second = batch.rows[1]
+    assert second.kept_reused and second.kept == batch.closing._start_plans[spec["key"]]
+    assert len(batch.closing._twins) == 1 and second.twin is not first.twin
