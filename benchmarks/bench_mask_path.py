@@ -17,8 +17,10 @@ processors get the same logits each step; the argmax after masking must be the s
 token for both (checked: a mask that refused a valid token would show here). Steps =
 the shortest script, so no row ends mid-run (outlines' processor cannot take new rows).
 
-callgate runs twice: masks filled one row after another (`seq`, its default on a machine
-with fewer than 8 cores) and on llguidance's thread pool (`par`).
+callgate runs three times: masks filled one row after another (`seq`, its default on a
+machine with fewer than 8 cores), on llguidance's thread pool (`par`), and one after another
+with budget closing on at max_tokens 128 (`close`: every step is in the rows' closing
+window, the serving default's worst case; outlines has no budget closing).
 Reported per cell: p50 / p99 step time and p50 per row for each processor; for callgate
 the share of its kernel (`callgate.kernels.apply_token_bitmask` timed alone on the same
 logits and masks) and so the fill share; the first step of each (outlines builds one
@@ -56,6 +58,7 @@ from callgate.kernels import apply_token_bitmask
 
 TOOLS_FILE = Path(os.environ.get("CALLGATE_BENCH_DIR", "/work/shared/bench")) / "agent_tools.json"
 SEED = 0
+CLOSING_BUDGET = 128  # max_tokens of the budget-closing run: every step is in the closing window
 CALLS = (
     ("read_file", {"path": "src/callgate/serving/app.py", "offset": 120, "limit": 80}),
     ("bash", {"command": "grep -rn 'TODO' src/ | head -50", "timeout": 30, "description": "Find every TODO in src"}),
@@ -103,17 +106,19 @@ def run_cell(vocab: Any, tok: Any, mode: str, batch: int, tools: list[Any]) -> d
     width = vocab.size
     outputs: list[list[int]] = [[] for _ in range(batch)]
     params = SimpleNamespace(extra_args={"callgate": ref}, max_tokens=None)
+    # budget closing on: max_tokens 128 puts every step in the rows' closing window
+    closing = SimpleNamespace(extra_args={"callgate": {**ref, "budget_closing": True}}, max_tokens=CLOSING_BUDGET)
     ours = {}
-    for label, parallel in (("seq", False), ("par", True)):
+    for label, parallel, p in (("seq", False, params), ("par", True, params), ("close", False, closing)):
         proc = _Fixed(vocab.llg)
         proc.parallel_fill = parallel
-        proc.update_state(_update([(i, params, None, outputs[i]) for i in range(batch)]))
+        proc.update_state(_update([(i, p, None, outputs[i]) for i in range(batch)]))
         ours[label] = proc
     theirs = LLGuidanceLogitsProcessor(constraint.grammar, vocab.llg.tokenizer, "torch")
     ids = torch.zeros(batch, 1, dtype=torch.long)
 
     gen = torch.Generator().manual_seed(SEED)
-    times: dict[str, list[int]] = {"seq": [], "par": [], "outlines": [], "kernel": []}
+    times: dict[str, list[int]] = {"seq": [], "par": [], "close": [], "outlines": [], "kernel": []}
     agree = True
     for step in range(steps):
         logits = torch.randn(batch, width, generator=gen)
@@ -164,6 +169,9 @@ def summarise(vocab: str, mode: str, batch: int, runs: list[dict[str, Any]]) -> 
         "callgate_p50_row_us": round(seq / batch, 1),
         "kernel_p50_step_us": round(kernel, 1),
         "kernel_share": round(min(1.0, kernel / seq), 3) if seq else 0.0,
+        "closing_p50_step_us": round(p("close", 50), 1),
+        "closing_p99_step_us": round(p("close", 99), 1),
+        "closing_p50_row_us": round(p("close", 50) / batch, 1),
         "parallel_p50_step_us": round(par, 1),
         "parallel_over_seq": round(par / seq, 2) if seq else 0.0,
         "outlines_p50_step_us": round(theirs, 1),
@@ -183,6 +191,7 @@ COLUMNS = (
     ("callgate_p50_step_us", 10),
     ("callgate_p50_row_us", 9),
     ("kernel_share", 7),
+    ("closing_p50_row_us", 9),
     ("parallel_over_seq", 8),
     ("outlines_p50_step_us", 10),
     ("outlines_p50_row_us", 9),
@@ -214,10 +223,19 @@ def chart(rows: list[dict[str, Any]], path: Path) -> None:
     kernel = [r["kernel_p50_step_us"] / r["batch"] for r in rows]
     par = [r["parallel_p50_step_us"] / r["batch"] for r in rows]
     theirs = [r["outlines_p50_row_us"] for r in rows]
-    ax.bar([i - 0.27 for i in x], seq, 0.27, label="callgate (rows in turn)", color="C0")
-    ax.bar([i - 0.27 for i in x], kernel, 0.27, label="  of which callgate's kernel", color="none", hatch="//")
-    ax.bar(list(x), par, 0.27, label="callgate (llguidance's pool)", color="C9")
-    ax.bar([i + 0.27 for i in x], theirs, 0.27, label="outlines LLGuidanceLogitsProcessor", color="C3")
+    closing = [r["closing_p50_row_us"] for r in rows]
+    w = 0.2
+    ax.bar([i - 1.5 * w for i in x], seq, w, label="callgate (rows in turn)", color="C0")
+    ax.bar([i - 1.5 * w for i in x], kernel, w, label="  of which callgate's kernel", color="none", hatch="//")
+    ax.bar(
+        [i - 0.5 * w for i in x],
+        closing,
+        w,
+        label=f"callgate, budget closing on (max_tokens {CLOSING_BUDGET})",
+        color="C2",
+    )
+    ax.bar([i + 0.5 * w for i in x], par, w, label="callgate (llguidance's pool)", color="C9")
+    ax.bar([i + 1.5 * w for i in x], theirs, w, label="outlines LLGuidanceLogitsProcessor", color="C3")
     ax.set_xticks(list(x), [f"{r['vocab']}\n{r['mode']}\nbatch {r['batch']}" for r in rows], fontsize=7)
     ax.set_ylabel("µs per row and step (p50)")
     ax.set_yscale("log")
