@@ -113,8 +113,9 @@ class BudgetClosing:
         margin = max(SLACK, row.growth + 2)
         if left <= len(plan) + 1 + margin:
             return False
-        ended = self._ends_a_call(row, plan)  # only the markup after a whole call is left
-        return not (ended and cost is not None and left <= cost + len(plan) + 1)
+        if cost is None or left > cost + len(plan) + 1:  # room for another call
+            return True
+        return not self._ends_a_call(row, plan)  # only the markup after a whole call is left
 
     def _ends_a_call(self, row: Row, plan: list[int]) -> bool:
         """Whether the row has written a whole call and its plan only closes the markup
