@@ -85,6 +85,7 @@ class Level:
     ttft_ms: dict[str, float]
     tpot_ms: dict[str, float]
     itl_ms: dict[str, float]
+    cpu_ms_per_token: float  # the server's processes' CPU time (API and engine core) per output token
 
 
 def workload(n: int, seed: int) -> list[list[dict[str, str]]]:
@@ -212,7 +213,7 @@ async def run_batch(
         return list(samples), time.perf_counter() - started
 
 
-def summarise(concurrency: int, samples: list[Sample], wall_s: float) -> Level:
+def summarise(concurrency: int, samples: list[Sample], wall_s: float, cpu_s: float = 0.0) -> Level:
     out = sum(s.output_tokens for s in samples)
     tpot = [(s.e2e_s - s.ttft_s) / (s.output_tokens - 1) for s in samples if s.output_tokens > 1]
     return Level(
@@ -225,6 +226,7 @@ def summarise(concurrency: int, samples: list[Sample], wall_s: float) -> Level:
         percentiles([s.ttft_s for s in samples]),
         percentiles(tpot),
         percentiles([g for s in samples for g in s.itl_s]),
+        round(1000 * cpu_s / out, 3) if out else 0.0,
     )
 
 
@@ -242,14 +244,18 @@ def bench(
     for concurrency, convs in workloads.items():
         samples: dict[str, list[Sample]] = {kind: [] for kind in bases}
         wall: dict[str, float] = dict.fromkeys(bases, 0.0)
+        cpu: dict[str, float] = dict.fromkeys(bases, 0.0)
         for r in range(rounds):
             order = list(bases) if r % 2 == 0 else list(reversed(bases))
             for kind in order:
+                port = bases[kind].rsplit(":", 1)[1]
+                before = servers.cpu_seconds(port)
                 got, wall_s = asyncio.run(run_batch(kind, bases[kind], convs, concurrency, max_tokens, shape))
+                cpu[kind] += servers.cpu_seconds(port) - before
                 samples[kind] += got
                 wall[kind] += wall_s
         for kind in bases:
-            level = summarise(concurrency, samples[kind], wall[kind])
+            level = summarise(concurrency, samples[kind], wall[kind], cpu[kind])
             print(f"# {kind} c={concurrency}: {level.out_tok_per_s} tok/s", file=sys.stderr)
             results[kind].append(level)
     return results
@@ -260,12 +266,12 @@ def bench(
 
 def print_table(results: dict[str, list[Level]]) -> None:
     head = f"{'server':9} {'conc':>4} {'reqs':>4} {'req/s':>7} {'out tok/s':>9} {'TTFT p50/p90/p99 ms':>24}"
-    head += f" {'TPOT p50/p90/p99 ms':>22} {'ITL p50/p90/p99 ms':>22}"
+    head += f" {'TPOT p50/p90/p99 ms':>22} {'ITL p50/p90/p99 ms':>22} {'CPU ms/tok':>10}"
     print(head)
     for kind, levels in results.items():
         for lv in levels:
             row = f"{kind:9} {lv.concurrency:>4} {lv.requests:>4} {lv.req_per_s:>7.2f} {lv.out_tok_per_s:>9.1f}"
-            row += f" {_ppp(lv.ttft_ms):>24} {_ppp(lv.tpot_ms):>22} {_ppp(lv.itl_ms):>22}"
+            row += f" {_ppp(lv.ttft_ms):>24} {_ppp(lv.tpot_ms):>22} {_ppp(lv.itl_ms):>22} {lv.cpu_ms_per_token:>10.2f}"
             print(row)
 
 

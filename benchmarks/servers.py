@@ -80,6 +80,40 @@ def running(name: str, cmd: Sequence[str], env: dict[str, str], log_path: Path, 
                 proc.wait()
 
 
+def cpu_seconds(port: int | str) -> float:
+    """User + system CPU seconds so far of the server listening on `port` (the process whose
+    command line names `--port PORT`) and every process under it (vLLM's engine core), read
+    from /proc; 0.0 where there is no /proc or no such process."""
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return 0.0
+    parents: dict[int, int] = {}
+    times: dict[int, float] = {}
+    root = None
+    tick = os.sysconf("SC_CLK_TCK")
+    for d in proc.iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
+            args = (d / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        pid = int(d.name)
+        parents[pid] = int(fields[1])
+        times[pid] = (int(fields[11]) + int(fields[12])) / tick
+        if b"--port" in args and args[args.index(b"--port") + 1 : args.index(b"--port") + 2] == [str(port).encode()]:
+            root = pid if root is None or pid < root else root
+    if root is None:
+        return 0.0
+    tree, grew = {root}, True
+    while grew:
+        more = {pid for pid, parent in parents.items() if parent in tree} - tree
+        tree |= more
+        grew = bool(more)
+    return sum(times[pid] for pid in tree)
+
+
 def wait_healthy(proc: subprocess.Popen[bytes], base: str, log_path: Path, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:

@@ -46,3 +46,25 @@ def test_the_peer_is_vllms_server_on_loopback_with_its_hermes_parser() -> None:
     )
     assert "--enable-auto-tool-choice" not in bare
     assert servers.engine_env(2, 1)["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
+
+
+def test_cpu_seconds_sums_the_server_and_the_processes_under_it() -> None:
+    """A stand-in server (`--port N` in its command line) whose child burns CPU: the child's
+    time counts; a port nobody listens on reads 0."""
+    import subprocess
+    import sys
+    import time
+
+    burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.6: pass\ntime.sleep(30)"
+    parent = f"import subprocess, sys, time\nsubprocess.Popen([sys.executable, '-c', {burn!r}])\ntime.sleep(30)"
+    proc = subprocess.Popen([sys.executable, "-c", parent, "--port", "65501"])
+    try:
+        deadline = time.monotonic() + 20
+        while servers.cpu_seconds(65501) < 0.5 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert 0.5 <= servers.cpu_seconds(65501) < 5
+        assert servers.cpu_seconds(65502) == 0.0
+    finally:
+        subprocess.run(["pkill", "-P", str(proc.pid)], check=False)
+        proc.kill()
+        proc.wait()
