@@ -8,7 +8,8 @@ its plan up to date, cheaply: a plan is kept while the row writes its first byte
 it (or a tail of it) still ends the grammar from the row's new state — inside a string value
 nothing changes — and only then made afresh (~10 masks); a grammar's byte twin and its plan
 from the start are made once and copied. Once the tokens left no longer exceed the plan's tokens plus EOS plus a
-margin (`SLACK`, or two more than the most one free token has added to this row's plan), it
+margin (`SLACK` or two of the format's longest closer, or two more than the most one free
+token has added to this row's plan), it
 follows the plan, token by token, then EOS, and marks its request (the server flags the call
 it cut `truncated` and answers `finish_reason: "length"`). Once a whole call is written and
 the tokens left could not hold another one, the row ends (EOS) instead of starting a call it
@@ -48,6 +49,7 @@ class BudgetClosing:
         self._call_costs: dict[str, int | None] = {}  # grammar key -> a shortest call's tokens
         self._start_plans: dict[str, KeptPlan] = {}  # grammar key -> its plan from the start
         self._twins: dict[str, Any] = {}  # grammar key -> its byte twin at the start
+        self._margins: dict[str, int] = {}  # format -> its least margin (_markup_margin)
 
     def close(self, i: int, row: Row, host: torch.Tensor) -> int:
         """Force row `i`'s mask in `host` to the token the row must take now to end within
@@ -110,12 +112,22 @@ class BudgetClosing:
         """Whether the row may still write freely: the budget holds its plan, EOS and a
         margin for what the next token may add (and, where the plan only closes the markup
         after a whole call, room for another call)."""
-        margin = max(SLACK, row.growth + 2)
+        margin = max(self._markup_margin(row.spec.key.partition(":")[0]), row.growth + 2)
         if left <= len(plan) + 1 + margin:
             return False
         if cost is None or left > cost + len(plan) + 1:  # room for another call
             return True
         return not self._ends_a_call(row, plan)  # only the markup after a whole call is left
+
+    def _markup_margin(self, format: str) -> int:
+        """The least margin for `format`: SLACK, or two of its longest closer (in tokens) and
+        two more — one free token can open an element whose markup the plan must then close
+        (a DSML parameter's tags are a dozen tokens each on a vocabulary without `｜`)."""
+        found = self._margins.get(format)
+        if found is None:
+            longest = max((len(self.vocab.tokenizer.tokenize_bytes(c)) for c in format_closers(format)), default=0)
+            found = self._margins[format] = max(SLACK, 2 * longest + 2)
+        return found
 
     def _ends_a_call(self, row: Row, plan: list[int]) -> bool:
         """Whether the row has written a whole call and its plan only closes the markup
