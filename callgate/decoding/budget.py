@@ -34,6 +34,9 @@ BOUND = 128  # tokens before max_tokens from which a row keeps a closing plan
 # What one free token may add to a plan (a `,` that opens another key and its value): the
 # row follows its plan this many tokens before the plan alone would still fit.
 SLACK = 12
+# the longest plan in bytes: a DSML call's markup alone is hundreds of bytes (`｜` is 3), and a
+# row with no plan within this is left to run into max_tokens
+_PLAN_BYTES = 16 * BOUND
 _KEPT = 256  # grammars whose twin, start plan and call cost are kept
 
 
@@ -156,7 +159,7 @@ class BudgetClosing:
         probe = matcher(plain, _BYTES)
         if probe.is_error() or probe.try_consume_tokens(list(trigger)) != len(trigger):
             return None
-        plan = closing_plan(probe, _STEPS, 256, format_closers(format), max_bytes=4 * BOUND)
+        plan = closing_plan(probe, _STEPS, 256, format_closers(format), max_bytes=_PLAN_BYTES)
         if plan is None:
             return None
         return len(self.vocab.tokenizer.tokenize_bytes(trigger + plan)) + 1
@@ -193,7 +196,7 @@ class BudgetClosing:
         row.kept_reused = kept is not None
         if kept is None:
             closers = format_closers(row.spec.key.partition(":")[0])
-            plan = closing_plan(twin, _STEPS, 256, closers, max_bytes=4 * BOUND)
+            plan = closing_plan(twin, _STEPS, 256, closers, max_bytes=_PLAN_BYTES)
             if plan is None:
                 row.kept = None
                 return None
