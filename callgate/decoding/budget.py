@@ -30,13 +30,16 @@ from callgate.decoding import closing_marks
 from callgate.decoding.closing import closing_plan, format_closers
 from callgate.decoding.rows import KeptPlan, Row
 
-BOUND = 128  # tokens before max_tokens from which a row keeps a closing plan
+# tokens before max_tokens from which a row keeps a closing plan: more than the longest plan
+# (a BFCL call in DSML is up to ~200 tokens on SmolLM2's vocabulary; at 128 such a row's first
+# plan was already longer than its budget); a kept plan costs a consume or two per step
+BOUND = 512
 # What one free token may add to a plan (a `,` that opens another key and its value): the
 # row follows its plan this many tokens before the plan alone would still fit.
 SLACK = 12
 # the longest plan in bytes: a DSML call's markup alone is hundreds of bytes (`｜` is 3), and a
 # row with no plan within this is left to run into max_tokens
-_PLAN_BYTES = 16 * BOUND
+_PLAN_BYTES = 2048
 _KEPT = 256  # grammars whose twin, start plan and call cost are kept
 
 
