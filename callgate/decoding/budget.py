@@ -7,11 +7,11 @@ plan's bytes, the cost of a shortest call, and closing marks (closing_marks.py).
 its plan up to date, cheaply: a plan is kept while the row writes its first bytes, or while
 it (or a tail of it) still ends the grammar from the row's new state — inside a string value
 nothing changes — and only then made afresh (~10 masks); a grammar's byte twin and its plan
-from the start are made once and copied. Once the tokens left no longer exceed the plan's tokens plus EOS plus a
-margin (`SLACK` or two of the format's longest closer, or two more than the most one free
-token has added to this row's plan), it
-follows the plan, token by token, then EOS, and marks its request (the server flags the call
-it cut `truncated` and answers `finish_reason: "length"`). Once a whole call is written and
+from the start are made once and copied. Once the tokens left no longer exceed the plan's
+tokens plus EOS plus a margin (`SLACK` or two of the format's longest closer, or two more
+than the most one free token has added to this row's plan), it follows the plan, token by
+token, then EOS, and marks its request (the server flags the call it cut `truncated` and
+answers `finish_reason: "length"`). Once a whole call is written and
 the tokens left could not hold another one, the row ends (EOS) instead of starting a call it
 would have to cut short.
 Does not know: vLLM, HTTP, schemas; formats beyond the closers a grammar key names.
@@ -190,7 +190,7 @@ class BudgetClosing:
         vocabulary's longest tokens the matcher takes; one-byte tokens where it does not).
         A plan is kept while it, or a tail of it, still ends the grammar from the row's new
         state (a token inside a string value, or one the plan itself begins with, leaves
-        the way out as it was): checking is a consume or two, planning afresh ~30 masks;
+        the way out as it was): checking is a consume or two, planning afresh ~10 masks;
         a grammar's plan from its start is made once. `fresh`: plan from this state."""
         twin = self._twin(row)
         if twin is None:
