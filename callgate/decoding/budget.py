@@ -90,12 +90,12 @@ class BudgetClosing:
                 return None
             # a whole call is written: end here; else (auto, text so far) start no call
             return eos if row.spec.needs_call or row.called else _NO_CALL
+        last = None if row.kept is None else len(row.kept.tokens)  # the plan at the last step
         plan = self._plan(row)
         if plan is None:
             return None
-        if row.last_plan is not None:  # what the last free token added to the plan
-            row.growth = max(row.growth, len(plan) - row.last_plan + 1)
-        row.last_plan = len(plan)
+        if last is not None:  # what the last free token added to the plan
+            row.growth = max(row.growth, len(plan) - last + 1)
         if self._free(row, plan, left, cost):
             return None
         if row.kept_reused:  # commit on the shorter of the kept plan and one made here
@@ -105,7 +105,6 @@ class BudgetClosing:
                 row.kept = kept
             else:
                 plan = fresh
-            row.last_plan = len(plan)
             if self._free(row, plan, left, cost):
                 return None
         ended = self._ends_a_call(row, plan)

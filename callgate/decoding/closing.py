@@ -1,7 +1,7 @@
 """Budget closing: a short way from a matcher's state to the end of the grammar.
 
-Knows: llguidance's matcher (consume, rollback, is_accepting, masks, forced bytes) and a vocabulary's single-byte
-tokens. Does not know: formats (callers pass the texts that close their structures), HTTP.
+Knows: llguidance's matcher (consume, rollback, is_accepting, masks, forced bytes) and a
+vocabulary's single-byte tokens. Does not know: formats (callers pass the texts that close their structures), HTTP.
 
     plan = closing_plan(matcher, steps, closers)   # bytes that end the grammar, or None
 
@@ -22,6 +22,7 @@ budget cannot close this row).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -135,6 +136,7 @@ def _byte(matcher: Any, steps: Mapping[int, int], admitted: int, avoid: bytes = 
     return None
 
 
+@functools.cache
 def format_closers(format: str) -> tuple[bytes, ...]:
     """The texts that close structures of `format`: JSON's, and the format's closing markers
     and reasoning close (with and without a newline before them); an unknown format (quick

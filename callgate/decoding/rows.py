@@ -79,7 +79,6 @@ class Row:
     called: bool = False  # a call trigger was written
     call_cost: int | None = None  # tokens of the first call from its trigger on (planned)
     plan: list[int] | None = None  # tokens to follow to the end of the grammar
-    last_plan: int | None = None  # the plan's length at the last step (while free)
     growth: int = 0  # the most one free token has added to the plan
     kept: KeptPlan | None = None  # the plan in use (budget.py)
     kept_reused: bool = False  # this step's plan is the kept one, made at an earlier state
