@@ -292,12 +292,18 @@ async def generate(engine: Any, fmt: str, case: Case, job: Job, max_tokens: int)
     return judge(fmt, case, "".join(parts), finish, tokens), ids, stamps
 
 
-def prepare(fmt: str, system: str, mode: str, case: Case, vocab: Any, xg: Xgrammar) -> tuple[Job, float | None]:
+def prepare(
+    fmt: str, system: str, mode: str, case: Case, vocab: Any, xg: Xgrammar, max_tokens: int
+) -> tuple[Job, float | None]:
     """The request of one case and its compile time (None: nothing compiled).
 
-    Raises SchemaTooComplexError when callgate refuses the tool set, any exception of
+    Raises SchemaTooComplexError when callgate refuses the tool set, InvalidRequestError
+    where the server would answer 400 because max_tokens cannot hold the shortest call the
+    case's tools allow (serving/grammars.py's `check_budget`), any exception of
     vLLM/xgrammar when the baseline cannot express it."""
     from callgate import constraints
+    from callgate.decoding.budget import shortest_output_tokens
+    from callgate.errors import InvalidRequestError
     from callgate.templates import render
 
     prompt = render(fmt, list(case.messages), list(case.tools))
@@ -310,14 +316,19 @@ def prepare(fmt: str, system: str, mode: str, case: Case, vocab: Any, xg: Xgramm
         return Job(case, rid, prompt), None
     start = time.perf_counter()
     c = constraints.build(fmt, list(case.tools), tool_choice(mode, case), True, None, vocab)
-    return Job(case, rid, prompt, ref=None if c is None else c.ref()), time.perf_counter() - start
+    seconds = time.perf_counter() - start
+    if c is not None and mode in ("required", "named"):
+        shortest = shortest_output_tokens(c.plain, fmt, vocab)
+        if shortest is not None and max_tokens < shortest:
+            raise InvalidRequestError(f"max_tokens: {max_tokens} cannot hold the shortest call ({shortest} tokens)")
+    return Job(case, rid, prompt, ref=None if c is None else c.ref()), seconds
 
 
 async def run_config(engine: Any, ctx: Context, res: ConfigResult, cases: Sequence[Case], batch: int) -> ConfigResult:
     """Run every case of one configuration in chunks of `batch`; grammars of a chunk are
     built before it runs, mask replays (vllm) after its decode time is taken."""
     from callgate import constraints
-    from callgate.errors import SchemaTooComplexError
+    from callgate.errors import InvalidRequestError, SchemaTooComplexError
 
     began_ns = ctx.mask_log.now()
     cases = [c for c in cases if runs(res.mode, c)]
@@ -326,8 +337,8 @@ async def run_config(engine: Any, ctx: Context, res: ConfigResult, cases: Sequen
         constraints.CACHE.clear()  # bounded memory: one chunk of grammars at a time
         for case in cases[start : start + batch]:
             try:
-                job, seconds = prepare(res.format, res.system, res.mode, case, ctx.vocab, ctx.xg)
-            except SchemaTooComplexError as e:
+                job, seconds = prepare(res.format, res.system, res.mode, case, ctx.vocab, ctx.xg, res.max_tokens)
+            except (SchemaTooComplexError, InvalidRequestError) as e:
                 res.outcomes.append(Outcome(case.id, None, (), 0, 0, False, 0, refused=e.message))
                 continue
             except Exception as e:  # the baseline's own refusal is a result, reported in the table

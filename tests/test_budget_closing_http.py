@@ -68,3 +68,25 @@ async def test_streamed_responses_report_length_too(post: Any) -> None:
 async def test_an_unconstrained_request_that_ends_at_max_tokens_with_eos_is_not_length(post: Any) -> None:
     resp = await post(body(N_TOKENS), constrained=False)
     assert resp.json()["choices"][0]["finish_reason"] == "tool_calls"
+
+
+async def test_a_budget_below_the_shortest_call_is_a_400_naming_max_tokens(post: Any) -> None:
+    """Under `required` a call must be written whole; a max_tokens that cannot hold the
+    shortest one the tools allow would only get a call cut short, so it is refused."""
+    resp = await post(body(5))
+    assert resp.status_code == 400
+    error = resp.json()["error"]
+    assert error["type"] == "invalid_request_error" and error["param"] == "max_tokens"
+    assert "max_tokens: 5 cannot hold the shortest call" in error["message"]
+    assert "raise max_tokens to at least" in error["message"]
+    named = await post(body(5, tool_choice={"type": "function", "function": {"name": "get_weather"}}))
+    assert named.status_code == 400 and named.json()["error"]["param"] == "max_tokens"
+    streamed = await post(body(5, stream=True))
+    assert streamed.status_code == 400 and streamed.json()["error"]["param"] == "max_tokens"
+
+
+async def test_auto_and_unconstrained_requests_keep_a_small_budget(post: Any) -> None:
+    """Under `auto` text is a whole answer, and an unconstrained server plans nothing (the
+    scripted call is then cut at 5 tokens: a 502 carrying the raw output, not a 400)."""
+    assert (await post(body(5, tool_choice="auto"))).status_code == 200
+    assert (await post(body(5), constrained=False)).status_code == 502

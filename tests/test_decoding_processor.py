@@ -15,7 +15,8 @@ import pytest
 import torch
 
 import callgate.constraints as constraints
-from callgate.constraints.llg import matcher
+from callgate.constraints.llg import LlgVocabulary, matcher
+from callgate.decoding.budget import shortest_output_tokens
 from callgate.decoding.closing import closing_plan, format_closers
 from callgate.decoding.processor import ConstrainedBatch
 from callgate.decoding.timings import STEP_TIMINGS
@@ -186,6 +187,35 @@ def check_closed(fmt: str, spec: dict[str, Any], max_tokens: int, seed: int) -> 
     assert result.diagnostics == (), (text, result.diagnostics)
     assert result.candidates and all(c.name == "get_weather" for c in result.candidates), text
     assert all(isinstance(c.arguments.get("city"), str) for c in result.candidates), text
+
+
+SHORTEST = [
+    (fmt, label, choice)
+    for fmt in ("hermes", "qwen3-xml", "dsml-v4", "mistral", "llama3-json")
+    for label, choice in (("required", "required"), ("named", NAMED))
+]
+
+
+@pytest.mark.parametrize(("fmt", "label", "choice"), SHORTEST, ids=[f"{c[0]}-{c[1]}" for c in SHORTEST])
+def test_a_budget_of_the_shortest_output_still_gets_a_whole_call(fmt: str, label: str, choice: Any) -> None:
+    """The server refuses a max_tokens below `shortest_output_tokens` (a 400); at exactly
+    that budget budget closing follows its plan from the first token and the call is whole."""
+    c = constraints.build(fmt, WEATHER, choice, fmt != "mistral", None, V)
+    assert c is not None
+    shortest = shortest_output_tokens(c.plain, fmt, V)
+    assert shortest is not None and shortest > len(b'{"city": ""}')
+    for seed in range(2):
+        check_closed(fmt, of(c), shortest, seed=seed)
+
+
+def test_the_shortest_output_is_counted_in_the_vocabularys_longest_tokens() -> None:
+    pieces = [bytes([b]) for b in range(256)] + [b"<tool_call>", b"</tool_call>", b"get_weather"]
+    words = LlgVocabulary.build({p: [i] for i, p in enumerate(pieces)}, len(pieces), {len(pieces): "<eos>"})
+    c = constraints.build("hermes", WEATHER, "required", False, None, V)
+    assert c is not None
+    in_bytes, in_words = shortest_output_tokens(c.plain, "hermes", V), shortest_output_tokens(c.plain, "hermes", words)
+    assert in_bytes is not None and in_words is not None
+    assert in_words == in_bytes - (len("<tool_call>") - 1) - (len("</tool_call>") - 1) - (len("get_weather") - 1)
 
 
 def test_budget_closing_starts_no_second_mistral_call_it_cannot_finish() -> None:

@@ -81,7 +81,8 @@ async def test_hermes_thinking_on_opens_the_block_and_parses_reasoning(harness: 
 
 async def test_max_tokens_inside_the_reasoning_is_a_length_answer_not_a_502(harness: Any) -> None:
     """As OpenAI answers a reasoning model out of tokens: the reasoning so far, no content,
-    streamed and not; under tool_choice required it stays the documented 502."""
+    streamed and not; under tool_choice required it stays the documented 502 (and a budget
+    that cannot hold a call is a 400 before any generation)."""
     h = harness("hermes", [["Cold ", "north ", "and ", "more ", "thought."]] * 3)
     body = _body(chat_template_kwargs={"enable_thinking": True}, max_tokens=3)
     resp = await h.post(body)
@@ -98,7 +99,9 @@ async def test_max_tokens_inside_the_reasoning_is_a_length_answer_not_a_502(harn
     streamed = "".join(d["delta"].get("reasoning_content") or "" for d in deltas)
     assert streamed == "Cold north and " and not any(d["delta"].get("content") for d in deltas)
     assert deltas[-1]["finish_reason"] == "length"
-    forced = await h.post({**body, "tools": [WEATHER], "tool_choice": "required"})
+    small = await h.post({**body, "tools": [WEATHER], "tool_choice": "required"})
+    assert small.status_code == 400 and small.json()["error"]["param"] == "max_tokens"  # cannot hold a call
+    forced = await h.post({**body, "tools": [WEATHER], "tool_choice": "required", "max_tokens": 400})
     assert forced.status_code == 502 and forced.json()["error"]["code"] == "missing_think_end"
 
 
@@ -115,7 +118,7 @@ async def test_a_model_ending_inside_its_reasoning_is_a_reasoning_only_answer(ha
     assert choice["finish_reason"] == "stop"
     content, reasoning, finishes = streamed_text(await h.events(body))
     assert (content, reasoning, finishes) == ("", "Cold north.", ["stop"])
-    forced = await h.post({**body, "tools": [WEATHER], "tool_choice": "required", "max_tokens": 2})
+    forced = await h.post({**body, "tools": [WEATHER], "tool_choice": "required", "max_tokens": 400})
     assert forced.status_code == 502
 
 

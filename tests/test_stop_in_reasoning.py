@@ -85,6 +85,7 @@ async def test_stop_inside_a_block_qwen3_opened_unasked(make_harness: Any) -> No
 async def test_stop_inside_reasoning_under_tool_choice_required_is_still_a_502(make_harness: Any, fmt: str) -> None:
     """A call was required and none was written (as with max_tokens there)."""
     h = _harness(make_harness, fmt, [REPLY])
-    resp = await h.post(_body(stop=["STOP"], tools=[WEATHER], tool_choice="required"))
+    # a budget that holds a call on the byte vocabulary (64 bytes cannot: that is a 400)
+    resp = await h.post(_body(stop=["STOP"], tools=[WEATHER], tool_choice="required", max_tokens=256))
     assert resp.status_code == 502, resp.text
     assert resp.json()["error"]["type"] == "model_output_error"

@@ -23,12 +23,13 @@ import functools
 import time
 from typing import Any
 
+import numpy
 import torch
 
 from callgate.constraints.llg import LlgVocabulary, matcher
 from callgate.decoding import closing_marks
-from callgate.decoding.closing import closing_plan, format_closers
-from callgate.decoding.rows import KeptPlan, Row
+from callgate.decoding.closing import closing_plan, format_closers, mask_bits
+from callgate.decoding.rows import KeptPlan, Row, RowSpec
 
 # tokens before max_tokens from which a row keeps a closing plan: more than the longest plan
 # (a BFCL call in DSML is up to ~200 tokens on SmolLM2's vocabulary; at 128 such a row's first
@@ -56,6 +57,7 @@ class BudgetClosing:
         self._start_plans: dict[str, KeptPlan] = {}  # grammar key -> its plan from the start
         self._twins: dict[str, Any] = {}  # grammar key -> its byte twin at the start
         self._margins: dict[str, int] = {}  # format -> its least margin (_markup_margin)
+        self._mask = numpy.zeros(((_BYTES.size + 31) // 32,), dtype=numpy.int32)  # a byte twin's mask
 
     def close(self, i: int, row: Row, host: torch.Tensor) -> int:
         """Force row `i`'s mask in `host` to the token the row must take now to end within
@@ -153,18 +155,18 @@ class BudgetClosing:
             return row.call_cost
         key = row.spec.key
         if key not in self._call_costs:
-            _keep(self._call_costs, key, self._plan_call(row.spec.plain, trigger.encode(), key.partition(":")[0]))
+            _keep(self._call_costs, key, self._plan_call(row.spec, trigger.encode()))
         row.call_cost = self._call_costs[key]
         return row.call_cost
 
-    def _plan_call(self, plain: str, trigger: bytes, format: str) -> int | None:
-        probe = matcher(plain, _BYTES)
+    def _plan_call(self, spec: RowSpec, trigger: bytes) -> int | None:
+        probe = self._first_twin(spec).deep_copy()
         if probe.is_error() or probe.try_consume_tokens(list(trigger)) != len(trigger):
             return None
-        plan = closing_plan(probe, _STEPS, 256, format_closers(format), max_bytes=_PLAN_BYTES)
+        plan = closing_plan(probe, _STEPS, 256, format_closers(spec.key.partition(":")[0]), max_bytes=_PLAN_BYTES)
         if plan is None:
             return None
-        return len(self.vocab.tokenizer.tokenize_bytes(trigger + plan)) + 1
+        return _longest_tokens(self.vocab, trigger + plan) + 1
 
     def _no_trigger(self, trigger: str) -> torch.Tensor:
         """A mask of every token but those that could begin `trigger`: a special token
@@ -222,9 +224,10 @@ class BudgetClosing:
             if old.tokens[: len(written)] == written:
                 return KeptPlan(old.data[len(done) :], old.tokens[len(written) :], *here)
             return KeptPlan(old.data[len(done) :], self._tokens(row.matcher, old.data[len(done) :]), *here)
+        admitted = mask_bits(twin, self._mask)  # a tail is tried only where its first byte is admitted
         for j in range(len(old.data)):  # the plan, or its longest tail that ends the grammar
             tail = old.data[j:]
-            if _still_ends(twin, tail):
+            if admitted >> tail[0] & 1 and _still_ends(twin, tail):
                 return KeptPlan(tail, old.tokens if not j else self._tokens(row.matcher, tail), *here)
         return None
 
@@ -232,10 +235,7 @@ class BudgetClosing:
         """The row's byte-vocabulary matcher, fed its output so far (a copy of its grammar's
         first twin: building one parses the grammar, milliseconds)."""
         if row.twin is None:
-            first = self._twins.get(row.spec.key)
-            if first is None:
-                first = _keep(self._twins, row.spec.key, matcher(row.spec.plain, _BYTES))
-            row.twin = first.deep_copy()
+            row.twin = self._first_twin(row.spec).deep_copy()
         feed = bytes(row.text[row.twin_bytes :])
         if feed:
             done = row.twin.try_consume_tokens(list(feed))
@@ -244,6 +244,13 @@ class BudgetClosing:
                 row.max_tokens = None
                 return None
         return row.twin
+
+    def _first_twin(self, spec: RowSpec) -> Any:
+        """The byte twin of `spec`'s grammar at its start, built once per grammar."""
+        first = self._twins.get(spec.key)
+        if first is None:
+            first = _keep(self._twins, spec.key, matcher(spec.plain, _BYTES))
+        return first
 
     def _tokens(self, m: Any, plan: bytes) -> list[int]:
         out: list[int] = []
@@ -261,6 +268,31 @@ class BudgetClosing:
         if out:
             m.rollback(len(out))
         return out
+
+
+def shortest_output_tokens(plain: str, format: str, vocab: LlgVocabulary) -> int | None:
+    """Tokens of the closing plan from the start of the grammar `plain` (markers spelled as
+    text) in `vocab`: under `required`, a named tool or `response_format`, the budget the
+    shortest output the grammar admits takes — the one budget closing would follow from the
+    first token. The plan's bytes are counted in the vocabulary's longest tokens, as the
+    processor spells a plan. None where no plan is found (an error, or over _PLAN_BYTES)."""
+    probe = matcher(plain, _BYTES)
+    if probe.is_error():
+        return None
+    plan = closing_plan(probe, _STEPS, 256, format_closers(format), max_bytes=_PLAN_BYTES)
+    return None if plan is None else _longest_tokens(vocab, plan)
+
+
+def _longest_tokens(vocab: LlgVocabulary, data: bytes) -> int:
+    """How many of the vocabulary's longest tokens spell `data`, left to right (a byte
+    with no token counts as one)."""
+    n = pos = 0
+    by_bytes = vocab.by_bytes
+    while pos < len(data):
+        size = next((k for k in range(min(len(data) - pos, 16), 1, -1) if data[pos : pos + k] in by_bytes), 1)
+        pos += size
+        n += 1
+    return n
 
 
 def _keep(kept: dict[str, Any], key: str, value: Any) -> Any:

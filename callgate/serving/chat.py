@@ -118,7 +118,8 @@ class ChatService:
                 max_repairs=self.settings.max_repairs,
                 release=self.admission.release,
             )
-            await self._prompt(turn)  # fail fast: 400 for an oversized prompt before streaming
+            prompt = await self._prompt(turn)  # fail fast: 400 for an oversized prompt before streaming
+            await self.grammars.check_budget(constraint, prompt.max_tokens)  # and a call that cannot fit
             if req.quick:  # heads placed after the user turn start beside the main generation
                 conversation = Conversation(req.messages, req.plan.shown, req.thinking, req.reasoning_effort)
                 turn.quick = self.quick.beside(conversation, req.quick, turn.completion_id)

@@ -16,7 +16,9 @@ import time
 import anyio
 
 from callgate.call_plan import CallPlan
-from callgate.constraints import build_plan_async
+from callgate.constraints import build_plan_async, vocabulary
+from callgate.decoding.budget import shortest_output_tokens
+from callgate.errors import InvalidRequestError
 from callgate.serving.engines.engine import ConstraintRef, Engine
 from callgate.serving.engines.tokenizer import special_tokens
 from callgate.serving.settings import Settings
@@ -26,6 +28,9 @@ log = logging.getLogger("callgate.chat")
 # under `none` no tool enters the grammar or its key
 _WARM_PLAN = CallPlan.of([{"type": "function", "function": {"name": "warm_up"}}], "none", None, None)
 _WARM_TIMEOUT_S = 600.0
+_SHORTEST_KEPT = 1024  # grammars whose shortest output is kept
+# the modes whose grammar must be written whole: a budget below its shortest output is a 400
+_WHOLE = {"required": "call", "named": "call", "response_format": "answer"}
 
 
 class Grammars:
@@ -36,6 +41,7 @@ class Grammars:
         self.engine = engine
         self._vocabulary: dict[bytes, list[int]] | None = None
         self._specials: dict[int, str] = {}
+        self._shortest: dict[str, int | None] = {}  # grammar key -> its shortest output's tokens
 
     async def _ready(self) -> bool:
         """Whether requests are constrained; the vocabulary is loaded (once) when they are."""
@@ -62,6 +68,32 @@ class Grammars:
         )
         ref: ConstraintRef | None = None if constraint is None else constraint.ref()
         return ref
+
+    async def check_budget(self, constraint: ConstraintRef | None, max_tokens: int) -> None:
+        """400 when `max_tokens` cannot hold the shortest output a grammar that must be
+        written whole admits (a call under `required` or a named tool, the answer under
+        `response_format`): budget closing could only cut it short (a DSML call is ~100
+        tokens on a small vocabulary). The shortest output is planned once per grammar
+        (decoding/budget.py's `shortest_output_tokens`, milliseconds, off the event loop)."""
+        what = None if constraint is None else _WHOLE.get(getattr(constraint, "mode", ""))
+        if what is None or not getattr(constraint, "budget_closing", True) or self._vocabulary is None:
+            return
+        assert constraint is not None
+        key = constraint.key
+        if key not in self._shortest:
+            vocab = vocabulary(self._vocabulary, self.engine.tokenizer.eos_token_id, self._specials)
+            plain = getattr(constraint, "plain", constraint.grammar)
+            found = await anyio.to_thread.run_sync(shortest_output_tokens, plain, self.settings.format, vocab)
+            self._shortest[key] = found
+            while len(self._shortest) > _SHORTEST_KEPT:
+                self._shortest.pop(next(iter(self._shortest)))
+        shortest = self._shortest[key]
+        if shortest is not None and max_tokens < shortest:
+            raise InvalidRequestError(
+                f"max_tokens: {max_tokens} cannot hold the shortest {what} this request allows "
+                f"({shortest} tokens in {self.settings.format}); raise max_tokens to at least {shortest}",
+                param="max_tokens",
+            )
 
     async def warm(self, reasons: bool) -> None:
         """Compile the format's grammar that holds no schema (tool_choice `none`, as a
