@@ -7,8 +7,9 @@ Does not know: any format; callers pass markers and schemas.
 
 Two facts of llguidance's lexer shape everything here (measured with a byte vocabulary):
 * its lexemes are greedy: a free-text terminal that merely excludes a marker dies on the
-  marker's last byte instead of ending before it, so text that a marker ends is a `[lazy]`
-  rule (shortest match, it ends at the marker's first occurrence);
+  marker's last byte instead of ending before it, so text that a marker ends is ONE
+  terminal, the text then the marker (the text cannot hold the marker, so the match ends
+  at its first occurrence) — not a `[lazy]` rule, which llguidance's slicer skips;
 * a special token is never produced by a regex: free text cannot hold one, and a marker that
   is a special token of the vocabulary must be written `<name>` to be produced at all.
   `Builder.marker` writes both spellings where the vocabulary has the token (by id,
@@ -17,9 +18,10 @@ Two facts of llguidance's lexer shape everything here (measured with a byte voca
 
 from __future__ import annotations
 
+import functools
 import json
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,12 +49,146 @@ def regex_literal(text: str) -> str:
 
 
 def without(markers: Iterable[str]) -> str:
-    """A terminal body: any text (valid UTF-8) that contains none of `markers`."""
-    alts = sorted({m for m in markers if m}, key=lambda m: (len(m), m))
+    """A terminal body: any text (valid UTF-8) that contains none of `markers` — nor, where a
+    marker holds another's first character past its own start, the marker's rest from there
+    (`\n</parameter>` keeps `</parameter>` out: slightly stricter, see `_kept_out`).
+
+    Written without `~` where it can be: llguidance's mask skips walking the vocabulary's
+    trie for a whole slice of tokens (SLICES in constraints/llg.py) only where it can prove
+    the slice's regex inside the lexer state's language, and it cannot through a negation:
+    a raw value's mask took ~330 us on 49k ids with `~`, ~5 us without."""
+    return _without(frozenset(m for m in markers if m))
+
+
+@functools.lru_cache(maxsize=256)
+def _without(markers: frozenset[str]) -> str:
+    """`without`, once per marker set (a format has a few; building one takes milliseconds)."""
+    alts = _kept_out(markers)
     if not alts:
         return ANY
+    plain = _pivoted(alts) or avoiding(alts)
+    if plain is not None:
+        return f"/{plain}/"
     body = "|".join(regex_literal(m) for m in alts)
     return f"{ANY} & ~/(?s:.*)({body})(?s:.*)/"
+
+
+_TAIL = 4  # the shortest tail kept out for its marker: a shorter one would keep out too much
+
+
+def _kept_out(markers: Iterable[str]) -> list[str]:
+    """The texts `without` keeps out: of each marker, its tail from the first character past
+    its start that begins some marker (where `_TAIL` characters or more are left), so that no
+    text lies inside two markers at once and `_pivoted`'s short form applies (llguidance's
+    slicer proves nothing through the nested loops `avoiding` writes otherwise); and of
+    those only the ones that hold no other (a text without `｜` holds no DSML marker)."""
+    words = set(markers)
+    while True:
+        firsts = {w[0] for w in words}
+        cut = {next((w[i:] for i in range(1, len(w) - _TAIL + 1) if w[i] in firsts), w) for w in words}
+        if cut == words:
+            break
+        words = cut
+    return sorted((w for w in words if not any(o != w and o in w for o in words)), key=lambda m: (len(m), m))
+
+
+def avoiding(words: Sequence[str]) -> str | None:
+    """A regex without negation of the texts that hold none of `words`; None where it would
+    be longer than `_AVOIDING_CHARS` (the caller then writes the negation).
+
+    The texts are the paths of the words' Aho-Corasick automaton that never complete a word;
+    every state accepts (a text may end inside a word's prefix). Its states are eliminated
+    deepest first: a state's edges lead back to shallower states (the longest suffix that
+    begins a word) or on to its children, already gone, so an elimination mostly substitutes
+    and the regex stays about as long as the words' trie times their first characters."""
+    prefixes = {w[:i] for w in words for i in range(len(w))}
+    prefixes = {p for p in prefixes if not any(p.endswith(w) for w in words)}
+    chars = sorted({c for w in words for c in w})
+    edges: dict[str, dict[str, list[str]]] = {}  # state -> target ("$": the end) -> regexes
+    for p in prefixes:
+        out: dict[str, list[str]] = {"$": [""]}
+        elsewhere = []  # chars that do not go back to the start
+        for c in chars:
+            text = p + c
+            if any(text.endswith(w) for w in words):
+                elsewhere.append(c)
+                continue
+            q = next(text[i:] for i in range(len(text) + 1) if text[i:] in prefixes)
+            if q:
+                elsewhere.append(c)
+                out.setdefault(q, []).append(_char(c))
+        out.setdefault("", []).append(f"[^{''.join(map(_char, elsewhere))}]")
+        edges[p] = out
+    for p in sorted((p for p in prefixes if p), key=lambda p: (-len(p), p)):
+        _eliminate(edges, p)
+        if sum(len(r) for targets in edges.values() for rs in targets.values() for r in rs) > _AVOIDING_CHARS:
+            return None
+    loop, end = _alt(edges[""].get("", [])), _alt(edges[""].get("$", []))
+    return f"(?:{loop})*" + (f"(?:{end})" if end else "")
+
+
+_AVOIDING_CHARS = 50_000
+
+
+def _pivoted(words: Sequence[str]) -> str | None:
+    """`avoiding` in a shorter form, for words no first character of which recurs inside
+    any of them (what `_kept_out` leaves of every format's markers); None for other words.
+    A text is free characters and runs that begin with a first character: `Q` walks into a
+    word's trie and stops where another first character begins the next run, `W` walks in
+    and leaves it on a character that goes nowhere in the trie; a text may end inside one."""
+    firsts = sorted({w[0] for w in words})
+    if any(c in firsts for w in words for c in w[1:]):
+        return None
+    trie: dict[str, Any] = {}
+    for w in words:
+        node = trie
+        for c in w:
+            node = node.setdefault(c, {})
+        node[""] = {}  # a whole word ends here
+
+    def walk(node: dict[str, Any], leave: bool) -> str:
+        alts = [] if not leave else [f"[^{''.join(_char(c) for c in sorted({*firsts, *node} - {''}))}]"]
+        alts += [_char(c) + _group(walk(child, leave)) for c, child in sorted(node.items()) if c and "" not in child]
+        if not leave:
+            alts = ["", *alts]
+        return _alt(alts)
+
+    q = _alt([_char(c) + _group(walk(trie[c], False)) for c in firsts if "" not in trie[c]])
+    w = _alt([_char(c) + _group(walk(trie[c], True)) for c in firsts if "" not in trie[c]])
+    free = f"[^{''.join(_char(c) for c in firsts)}]"
+    runs = f"(?:{q})*" if q else ""
+    return f"(?:{free}|{runs}{_group(w)})*{runs}" if w else f"{free}*"
+
+
+def _eliminate(edges: dict[str, dict[str, list[str]]], state: str) -> None:
+    """Remove `state`: each path into it, around its loop and out of it becomes one edge."""
+    out = edges.pop(state)
+    loop = _alt(out.pop(state, []))
+    star = f"(?:{loop})*" if loop else ""
+    for targets in edges.values():
+        into = targets.pop(state, None)
+        if into is None:
+            continue
+        head = _group(_alt(into))
+        for target, regexes in out.items():
+            targets.setdefault(target, []).append(head + star + _group(_alt(regexes)))
+
+
+def _alt(regexes: Sequence[str]) -> str:
+    """One regex of the alternatives (an empty one matches the empty text)."""
+    unique = list(dict.fromkeys(regexes))
+    return unique[0] if len(unique) == 1 else "|".join(unique)
+
+
+def _group(regex: str) -> str:
+    return f"(?:{regex})" if "|" in regex else regex
+
+
+def _char(c: str) -> str:
+    """`c` in a regex or a character class, whatever it is."""
+    if c.isascii() and c.isalnum():
+        return c
+    return f"\\x{ord(c):02x}" if ord(c) < 0x80 else f"\\x{{{ord(c):x}}}"
 
 
 @dataclass(slots=True)
@@ -120,7 +256,9 @@ class Builder:
         token = self.specials.get(end)
         if token is not None:
             return self.rule(stem, f"{body} <[{token}]>")
-        return self.rule(stem, f"{body} {lit(end)}", lazy=True)
+        # one terminal: the text cannot hold `end`, so the match ends where `end` first ends,
+        # as a lazy rule's would; and llguidance's slicer skips lazy lexemes
+        return self.terminal(stem, f"{body} {lit(end)}")
 
     def render(self, start: str) -> str:
         """The grammar text with `start` as its start rule."""

@@ -28,6 +28,11 @@ from callgate.errors import SchemaTooComplexError
 # Bounds on one grammar's work (llguidance's defaults): a schema whose lexer or Earley
 # items would pass them is an error state, never a stuck step.
 LIMITS = llguidance.LLParserLimits()
+# The token slices llguidance's mask admits whole where the lexer state's language holds the
+# slice's regex (that part of the trie is not walked): llguidance's JSON-string slices, and
+# text with no `<` nor DSML's bar, the inside of a raw value or of free text, whose markers
+# all hold one of them (lark_text.without). A raw value's mask on 49k ids: ~330 us -> ~5 us.
+SLICES = [*llguidance.LLTokenizer.general_slices(), "[^<｜]+"]
 
 
 class _Tokens:
@@ -96,7 +101,7 @@ class LlgVocabulary:
                 tokens[i] = b"\xff" + f"<[unused {i}]>".encode()
         special_ids = sorted(i for i, t in enumerate(tokens) if t.startswith(b"\xff"))
         wrapper = llguidance.TokenizerWrapper(_Tokens(tokens, eos_token_id, special_ids))
-        tokenizer = llguidance.LLTokenizer(wrapper, n_vocab=width, eos_token=eos_token_id)
+        tokenizer = llguidance.LLTokenizer(wrapper, n_vocab=width, eos_token=eos_token_id, slices=SLICES)
         digest = hashlib.sha256(b"\0".join(tokens) + str(eos_token_id).encode()).hexdigest()[:16]
         texts = {text: i for i, text in specials.items() if i != eos_token_id}
         return cls(tokenizer, eos_token_id, width, texts, digest, {d: tuple(ids) for d, ids in ordinary.items()})
