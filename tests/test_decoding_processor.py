@@ -208,6 +208,34 @@ def test_a_budget_of_the_shortest_output_still_gets_a_whole_call(fmt: str, label
         check_closed(fmt, of(c), shortest, seed=seed)
 
 
+@pytest.mark.parametrize("fmt", ["hermes", "dsml-v4"])
+def test_a_step_whose_token_is_discarded_does_not_advance_the_plan(fmt: str) -> None:
+    """vLLM keeps a row that is still in chunked prefill in the batch: `apply` runs on its
+    row, and the token sampled there is thrown away. Budget closing, committed from the
+    first step (the budget is the shortest call), must force the same token again, not
+    the plan's next one (which the matcher then refused: the row ran unconstrained)."""
+    c = constraints.build(fmt, WEATHER, "required", True, None, V)
+    assert c is not None
+    budget = shortest_output_tokens(c.plain, fmt, V)
+    assert budget is not None
+    batch = ByteBatch(None, "cpu", False)
+    out: list[int] = []
+    batch.update_state(Update(added=[(0, params(of(c), budget), None, out)]))
+    g = torch.Generator().manual_seed(7)
+    for step in range(budget + 3):
+        for _ in range(3 if step < 2 else 1):  # the first two steps in prefill twice more
+            logits = torch.randn(1, WIDTH, generator=g)
+            batch.apply(logits)
+        t = int(torch.argmax(logits[0]))
+        if t == EOS or len(out) == budget:
+            break
+        out.append(t)
+    row = batch.rows[0]
+    assert not row.failed
+    result = parse(fmt, bytes(out).decode() + get_format(fmt).eos, WEATHER)
+    assert result.diagnostics == () and [x.name for x in result.candidates] == ["get_weather"]
+
+
 def test_the_shortest_output_is_counted_in_the_vocabularys_longest_tokens() -> None:
     pieces = [bytes([b]) for b in range(256)] + [b"<tool_call>", b"</tool_call>", b"get_weather"]
     words = LlgVocabulary.build({p: [i] for i, p in enumerate(pieces)}, len(pieces), {len(pieces): "<eos>"})

@@ -83,7 +83,11 @@ class BudgetClosing:
         one that starts a call), or None (free)."""
         eos = self.vocab.eos_token_id
         if row.plan is not None:  # following a plan: its next token, then EOS
-            return row.plan.pop(0) if row.plan else eos
+            # by the tokens written, not the steps: a step whose token vLLM discards (a row
+            # still in chunked prefill is in the batch) writes none, and its token is due again
+            del row.plan[: len(row.output) - row.plan_at]
+            row.plan_at = len(row.output)
+            return row.plan[0] if row.plan else eos
         cost = self._call_cost(row)
         if row.matcher.is_accepting():
             if left <= 1:
@@ -110,7 +114,7 @@ class BudgetClosing:
             if self._free(row, plan, left, cost):
                 return None
         ended = self._ends_a_call(row, plan)
-        row.plan = plan[1:]  # committed: a plan re-made mid-marker would lose its way
+        row.plan, row.plan_at = list(plan), len(row.output)  # committed: a plan re-made mid-marker would lose its way
         if self.closing_dir and row.spec.request_id and not ended:
             closing_marks.mark(self.closing_dir, row.spec.request_id)
         return plan[0] if plan else eos

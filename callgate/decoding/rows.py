@@ -78,7 +78,8 @@ class Row:
     text: bytearray = field(default_factory=bytearray)  # output bytes (special tokens as their text)
     called: bool = False  # a call trigger was written
     call_cost: int | None = None  # tokens of the first call from its trigger on (planned)
-    plan: list[int] | None = None  # tokens to follow to the end of the grammar
+    plan: list[int] | None = None  # tokens to follow to the end of the grammar, the next one first
+    plan_at: int = 0  # output tokens written when `plan` was last brought up to date
     growth: int = 0  # the most one free token has added to the plan
     kept: KeptPlan | None = None  # the plan in use (budget.py)
     kept_reused: bool = False  # this step's plan is the kept one, made at an earlier state
