@@ -13,7 +13,6 @@ from __future__ import annotations
 import anyio
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
-from starlette.background import BackgroundTask
 
 from callgate.serving.chat import ChatService
 from callgate.serving.conform import conform_chat
@@ -49,7 +48,7 @@ def build_messages_router(service: ChatService) -> APIRouter:
                 anthropic_response.stream(turn, service.events(turn), extra),
                 media_type=sse.MEDIA_TYPE,
                 headers=sse.HEADERS,
-                background=BackgroundTask(turn.close),
+                background=sse.after(turn.close),
             )
         try:
             result = await _unless_disconnected(request, anthropic_response.message(turn, service.events(turn), extra))

@@ -22,7 +22,6 @@ from typing import Any
 
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
-from starlette.background import BackgroundTask
 
 from callgate.errors import CallgateError, InvalidRequestError, NotFoundError
 from callgate.serving.chat import ChatService
@@ -71,7 +70,7 @@ def build_responses_router(service: ChatService, store: ResponseStore) -> APIRou
         if req.stream:
             stream = _stream(service, turn, ResponseRender(skeleton, **options), req, store, history)
             return StreamingResponse(
-                stream, media_type=sse.MEDIA_TYPE, headers=sse.HEADERS, background=BackgroundTask(turn.close)
+                stream, media_type=sse.MEDIA_TYPE, headers=sse.HEADERS, background=sse.after(turn.close)
             )
         try:
             result = await _unless_disconnected(request, _answer(service, turn, skeleton, options))

@@ -18,7 +18,6 @@ from typing import Any
 import anyio
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
-from starlette.background import BackgroundTask
 
 from callgate.errors import NotFoundError, PayloadTooLargeError
 from callgate.serving.chat import ChatService
@@ -58,7 +57,7 @@ def build_router(service: ChatService, metrics: Metrics) -> APIRouter:
                 service.stream(turn),
                 media_type=sse.MEDIA_TYPE,
                 headers=sse.HEADERS,
-                background=BackgroundTask(turn.close),
+                background=sse.after(turn.close),
             )
         try:
             result = await _unless_disconnected(request, service.complete(turn))
@@ -79,7 +78,7 @@ def build_router(service: ChatService, metrics: Metrics) -> APIRouter:
                 completions.stream(job),
                 media_type=sse.MEDIA_TYPE,
                 headers=sse.HEADERS,
-                background=BackgroundTask(job.close),
+                background=sse.after(job.close),
             )
         try:
             result = await _unless_disconnected(request, completions.complete(job))
