@@ -303,7 +303,7 @@ def prepare(
     vLLM/xgrammar when the baseline cannot express it."""
     from callgate import constraints
     from callgate.decoding.budget import shortest_output_tokens
-    from callgate.errors import InvalidRequestError
+    from callgate.serving.grammars import refuse_small_budget
     from callgate.templates import render
 
     prompt = render(fmt, list(case.messages), list(case.tools))
@@ -318,9 +318,7 @@ def prepare(
     c = constraints.build(fmt, list(case.tools), tool_choice(mode, case), True, None, vocab)
     seconds = time.perf_counter() - start
     if c is not None and mode in ("required", "named"):
-        shortest = shortest_output_tokens(c.plain, fmt, vocab)
-        if shortest is not None and max_tokens < shortest:
-            raise InvalidRequestError(f"max_tokens: {max_tokens} cannot hold the shortest call ({shortest} tokens)")
+        refuse_small_budget("call", shortest_output_tokens(c.plain, fmt, vocab), max_tokens, fmt)
     return Job(case, rid, prompt, ref=None if c is None else c.ref()), seconds
 
 

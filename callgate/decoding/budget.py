@@ -23,12 +23,11 @@ import functools
 import time
 from typing import Any
 
-import numpy
 import torch
 
 from callgate.constraints.llg import LlgVocabulary, matcher
 from callgate.decoding import closing_marks
-from callgate.decoding.closing import closing_plan, format_closers, mask_bits
+from callgate.decoding.closing import closing_plan, format_closers
 from callgate.decoding.rows import KeptPlan, Row, RowSpec
 
 # tokens before max_tokens from which a row keeps a closing plan: more than the longest plan
@@ -42,6 +41,7 @@ SLACK = 12
 # row with no plan within this is left to run into max_tokens
 _PLAN_BYTES = 2048
 _KEPT = 256  # grammars whose twin, start plan and call cost are kept
+_TOKEN_BYTES = 16  # the longest token a plan is spelled with
 
 
 class BudgetClosing:
@@ -57,7 +57,6 @@ class BudgetClosing:
         self._start_plans: dict[str, KeptPlan] = {}  # grammar key -> its plan from the start
         self._twins: dict[str, Any] = {}  # grammar key -> its byte twin at the start
         self._margins: dict[str, int] = {}  # format -> its least margin (_markup_margin)
-        self._mask = numpy.zeros(((_BYTES.size + 31) // 32,), dtype=numpy.int32)  # a byte twin's mask
 
     def close(self, i: int, row: Row, host: torch.Tensor) -> int:
         """Force row `i`'s mask in `host` to the token the row must take now to end within
@@ -167,10 +166,8 @@ class BudgetClosing:
         probe = self._first_twin(spec).deep_copy()
         if probe.is_error() or probe.try_consume_tokens(list(trigger)) != len(trigger):
             return None
-        plan = closing_plan(probe, _STEPS, 256, format_closers(spec.key.partition(":")[0]), max_bytes=_PLAN_BYTES)
-        if plan is None:
-            return None
-        return _longest_tokens(self.vocab, trigger + plan) + 1
+        tokens = _planned_tokens(probe, spec.key.partition(":")[0], self.vocab, trigger)
+        return None if tokens is None else tokens + 1
 
     def _no_trigger(self, trigger: str) -> torch.Tensor:
         """A mask of every token but those that could begin `trigger`: a special token
@@ -228,10 +225,9 @@ class BudgetClosing:
             if old.tokens[: len(written)] == written:
                 return KeptPlan(old.data[len(done) :], old.tokens[len(written) :], *here)
             return KeptPlan(old.data[len(done) :], self._tokens(row.matcher, old.data[len(done) :]), *here)
-        admitted = mask_bits(twin, self._mask)  # a tail is tried only where its first byte is admitted
         for j in range(len(old.data)):  # the plan, or its longest tail that ends the grammar
             tail = old.data[j:]
-            if admitted >> tail[0] & 1 and _still_ends(twin, tail):
+            if _still_ends(twin, tail):
                 return KeptPlan(tail, old.tokens if not j else self._tokens(row.matcher, tail), *here)
         return None
 
@@ -261,7 +257,7 @@ class BudgetClosing:
         pos = 0
         by_bytes = self.vocab.by_bytes
         while pos < len(plan):
-            for size in range(min(len(plan) - pos, 16), 0, -1):
+            for size in range(min(len(plan) - pos, _TOKEN_BYTES), 0, -1):
                 ids = by_bytes.get(plan[pos : pos + size])
                 if ids and m.try_consume_tokens([ids[0]]) == 1:
                     out.append(ids[0])
@@ -281,19 +277,23 @@ def shortest_output_tokens(plain: str, format: str, vocab: LlgVocabulary) -> int
     first token. The plan's bytes are counted in the vocabulary's longest tokens, as the
     processor spells a plan. None where no plan is found (an error, or over _PLAN_BYTES)."""
     probe = matcher(plain, _BYTES)
-    if probe.is_error():
-        return None
+    return None if probe.is_error() else _planned_tokens(probe, format, vocab)
+
+
+def _planned_tokens(probe: Any, format: str, vocab: LlgVocabulary, before: bytes = b"") -> int | None:
+    """Tokens of `before` and the closing plan from the byte twin `probe`'s state (None: no
+    plan), counted as `_longest_tokens` counts."""
     plan = closing_plan(probe, _STEPS, 256, format_closers(format), max_bytes=_PLAN_BYTES)
-    return None if plan is None else _longest_tokens(vocab, plan)
+    return None if plan is None else _longest_tokens(vocab, before + plan)
 
 
 def _longest_tokens(vocab: LlgVocabulary, data: bytes) -> int:
-    """How many of the vocabulary's longest tokens spell `data`, left to right (a byte
-    with no token counts as one)."""
+    """How many of the vocabulary's longest tokens spell `data`, left to right, as `_tokens`
+    spells a plan but without asking the matcher (a byte with no token counts as one)."""
     n = pos = 0
     by_bytes = vocab.by_bytes
     while pos < len(data):
-        size = next((k for k in range(min(len(data) - pos, 16), 1, -1) if data[pos : pos + k] in by_bytes), 1)
+        size = next((k for k in range(min(len(data) - pos, _TOKEN_BYTES), 1, -1) if data[pos : pos + k] in by_bytes), 1)
         pos += size
         n += 1
     return n

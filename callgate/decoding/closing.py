@@ -70,7 +70,7 @@ def closing_plan(
             # bytes the grammar admits alone, in one call; else one mask that closers and bytes read
             piece: bytes | None = _forced(matcher, steps, ordered)
             if not piece:
-                admitted = mask_bits(matcher, mask)
+                admitted = _mask(matcher, mask)
                 piece = _closer(matcher, steps, ordered, mask, admitted) or _byte(matcher, steps, admitted, avoid)
             if piece is None:
                 return None
@@ -96,7 +96,7 @@ def _forced(matcher: Any, steps: Mapping[int, int], closers: Sequence[bytes]) ->
     return bytes(data[:done])
 
 
-def mask_bits(matcher: Any, mask: numpy.ndarray) -> int:
+def _mask(matcher: Any, mask: numpy.ndarray) -> int:
     """The matcher's mask as an int (bit i: token i admitted)."""
     matcher.unsafe_compute_mask_ptr(mask.ctypes.data, mask.nbytes)
     return int.from_bytes(mask.tobytes(), "little")
@@ -115,7 +115,7 @@ def _closer(
             continue
         done = matcher.try_consume_tokens(ids)
         if done == len(ids):
-            n = 0 if matcher.is_accepting() else mask_bits(matcher, mask).bit_count()
+            n = 0 if matcher.is_accepting() else _mask(matcher, mask).bit_count()
             if best is None or (n, len(text)) < best[:2]:
                 best = (n, len(text), text)
         if done:

@@ -87,13 +87,7 @@ class Grammars:
             self._shortest[key] = found
             while len(self._shortest) > _SHORTEST_KEPT:
                 self._shortest.pop(next(iter(self._shortest)))
-        shortest = self._shortest[key]
-        if shortest is not None and max_tokens < shortest:
-            raise InvalidRequestError(
-                f"max_tokens: {max_tokens} cannot hold the shortest {what} this request allows "
-                f"({shortest} tokens in {self.settings.format}); raise max_tokens to at least {shortest}",
-                param="max_tokens",
-            )
+        refuse_small_budget(what, self._shortest[key], max_tokens, self.settings.format)
 
     async def warm(self, reasons: bool) -> None:
         """Compile the format's grammar that holds no schema (tool_choice `none`, as a
@@ -118,3 +112,14 @@ class Grammars:
             log.info("warmed the %s tool_choice=none grammar in %.2f s", self.settings.format, time.monotonic() - start)
         except Exception:  # a warm-up is an optimisation: each request compiles what it needs
             log.warning("could not warm the %s grammar", self.settings.format, exc_info=True)
+
+
+def refuse_small_budget(what: str, shortest: int | None, max_tokens: int, format: str) -> None:
+    """The 400 of `check_budget` (also what bench_parse_errors refuses): `max_tokens` below
+    the `shortest` output (a "call", an "answer") the grammar admits."""
+    if shortest is not None and max_tokens < shortest:
+        raise InvalidRequestError(
+            f"max_tokens: {max_tokens} cannot hold the shortest {what} this request allows "
+            f"({shortest} tokens in {format}); raise max_tokens to at least {shortest}",
+            param="max_tokens",
+        )
