@@ -395,3 +395,43 @@ def test_parallel_fill_follows_the_setting_else_the_cores(monkeypatch: pytest.Mo
     assert processor.parallel_fill_default() is False
     monkeypatch.setattr(processor.os, "cpu_count", lambda: 64)
     assert processor.parallel_fill_default() is True
+
+
+@pytest.mark.parametrize("fmt", ["hermes", "qwen3-xml", "dsml-v4"])
+def test_forced_tokens_are_taken_without_a_fill_and_mask_as_llguidance_does(
+    fmt: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A row in a run of forced tokens (the call's markup, a key's name) is masked to the
+    next of them without llguidance filling its mask; at every step its mask is the one
+    llguidance fills for a matcher fed the same tokens."""
+    import llguidance.torch
+
+    from tests.llg_harness import allowed_bytes
+    from tests.test_agreement import completion
+
+    fills = 0
+    real_fill = llguidance.torch.fill_next_token_bitmask
+
+    def counted(m: Any, host: torch.Tensor, i: int) -> None:
+        nonlocal fills
+        fills += 1
+        real_fill(m, host, i)
+
+    monkeypatch.setattr(llguidance.torch, "fill_next_token_bitmask", counted)
+    script = [*completion(fmt, WEATHER, [("get_weather", {"city": "Paris"})]).encode(), EOS]
+    spec = of(constraints.build(fmt, WEATHER, "required", True, None, V))
+    reference = matcher(spec["grammar"], V)
+    batch = ByteBatch(None, "cpu", False)
+    out: list[int] = []
+    batch.update_state(Update(added=[(0, params(spec), None, out)]))
+    g = torch.Generator().manual_seed(1)
+    for want in script:
+        logits = torch.randn(1, WIDTH, generator=g)
+        logits[0, want] += 100
+        batch.apply(logits)
+        assert allowed(logits[0]) == set(allowed_bytes(reference)), bytes(out)
+        assert int(torch.argmax(logits[0])) == want, bytes(out)
+        if want != EOS:
+            assert reference.consume_token(want)
+            out.append(want)
+    assert fills < len(script) / 2, (fills, len(script))  # most of a call's bytes are markup the grammar forces

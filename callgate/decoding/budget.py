@@ -72,7 +72,7 @@ class BudgetClosing:
                 host[i] &= self._no_trigger(row.spec.trigger or "")
             elif forced is not None:
                 host[i].zero_()
-                host[i, forced // 32] = _bit(forced % 32)
+                host[i, forced // 32] = word_bit(forced % 32)
         finally:
             spent = time.perf_counter_ns() - started
         return spent
@@ -317,7 +317,7 @@ def _still_ends(twin: Any, plan: bytes) -> bool:
             twin.rollback(done)
 
 
-def _bit(j: int) -> int:
+def word_bit(j: int) -> int:
     """Bit j of an int32 word (bit 31 is the sign bit)."""
     return (1 << j) - (1 << 32) if j == 31 else 1 << j
 

@@ -83,6 +83,7 @@ class Row:
     growth: int = 0  # the most one free token has added to the plan
     kept: KeptPlan | None = None  # the plan in use (budget.py)
     kept_reused: bool = False  # this step's plan is the kept one, made at an earlier state
+    forced: list[int] = field(default_factory=list)  # the grammar's forced tokens from here, the next one first
 
     def remaining(self) -> int | None:
         return None if self.max_tokens is None else self.max_tokens - len(self.output)
