@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import time
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -42,6 +43,11 @@ SLACK = 12
 _PLAN_BYTES = 2048
 _KEPT = 256  # grammars whose twin, start plan and call cost are kept
 _TOKEN_BYTES = 16  # the longest token a plan is spelled with
+# tails of a kept plan tried before planning afresh: a row that left its plan's way (another
+# parameter than the plan's) fails them all, and trying every tail of a DSML or qwen3-xml plan
+# (~80 bytes) cost more than a fresh plan; the tails that do end the grammar start within its
+# first bytes (replayed qwen3-xml outputs: j = 0, 1, 2 but for a handful)
+_TAILS = 4
 
 
 class BudgetClosing:
@@ -201,7 +207,7 @@ class BudgetClosing:
         row.kept_reused = kept is not None
         if kept is None:
             closers = format_closers(row.spec.key.partition(":")[0])
-            plan = closing_plan(twin, _STEPS, 256, closers, max_bytes=_PLAN_BYTES)
+            plan = closing_plan(twin, _STEPS, _EOS, closers, max_bytes=_PLAN_BYTES)
             if plan is None:
                 row.kept = None
                 return None
@@ -225,7 +231,7 @@ class BudgetClosing:
             if old.tokens[: len(written)] == written:
                 return KeptPlan(old.data[len(done) :], old.tokens[len(written) :], *here)
             return KeptPlan(old.data[len(done) :], self._tokens(row.matcher, old.data[len(done) :]), *here)
-        for j in range(len(old.data)):  # the plan, or its longest tail that ends the grammar
+        for j in range(min(len(old.data), _TAILS)):  # the plan, or its longest tail that ends the grammar
             tail = old.data[j:]
             if _still_ends(twin, tail):
                 return KeptPlan(tail, old.tokens if not j else self._tokens(row.matcher, tail), *here)
@@ -253,20 +259,23 @@ class BudgetClosing:
         return first
 
     def _tokens(self, m: Any, plan: bytes) -> list[int]:
-        out: list[int] = []
-        pos = 0
+        """`plan` in the vocabulary's longest tokens that the row's matcher `m` takes, left
+        to right (a shorter token where it refuses the longest). Asked with
+        `validate_tokens` (the matcher is not moved; ~10x cheaper than consume and rollback),
+        the longest spelling whole first."""
+        out = _longest_spelling(self.vocab, plan)
+        out = out[: m.validate_tokens(out)] if out else []
+        pos = sum(len(self.pieces[t]) for t in out)
         by_bytes = self.vocab.by_bytes
         while pos < len(plan):
             for size in range(min(len(plan) - pos, _TOKEN_BYTES), 0, -1):
                 ids = by_bytes.get(plan[pos : pos + size])
-                if ids and m.try_consume_tokens([ids[0]]) == 1:
+                if ids and m.validate_tokens([*out, ids[0]]) == len(out) + 1:
                     out.append(ids[0])
                     pos += size
                     break
             else:
                 break
-        if out:
-            m.rollback(len(out))
         return out
 
 
@@ -283,7 +292,7 @@ def shortest_output_tokens(plain: str, format: str, vocab: LlgVocabulary) -> int
 def _planned_tokens(probe: Any, format: str, vocab: LlgVocabulary, before: bytes = b"") -> int | None:
     """Tokens of `before` and the closing plan from the byte twin `probe`'s state (None: no
     plan), counted as `_longest_tokens` counts."""
-    plan = closing_plan(probe, _STEPS, 256, format_closers(format), max_bytes=_PLAN_BYTES)
+    plan = closing_plan(probe, _STEPS, _EOS, format_closers(format), max_bytes=_PLAN_BYTES)
     return None if plan is None else _longest_tokens(vocab, before + plan)
 
 
@@ -293,10 +302,29 @@ def _longest_tokens(vocab: LlgVocabulary, data: bytes) -> int:
     n = pos = 0
     by_bytes = vocab.by_bytes
     while pos < len(data):
-        size = next((k for k in range(min(len(data) - pos, _TOKEN_BYTES), 1, -1) if data[pos : pos + k] in by_bytes), 1)
-        pos += size
+        pos += _longest_at(by_bytes, data, pos)
         n += 1
     return n
+
+
+def _longest_spelling(vocab: LlgVocabulary, data: bytes) -> list[int]:
+    """`data` in the vocabulary's longest tokens, left to right, up to a byte no token spells."""
+    out: list[int] = []
+    pos = 0
+    by_bytes = vocab.by_bytes
+    while pos < len(data):
+        size = _longest_at(by_bytes, data, pos)
+        ids = by_bytes.get(data[pos : pos + size])
+        if not ids:
+            break
+        out.append(ids[0])
+        pos += size
+    return out
+
+
+def _longest_at(by_bytes: Mapping[bytes, Sequence[int]], data: bytes, pos: int) -> int:
+    """The length of the longest token at `data[pos:]` (1 where none is longer)."""
+    return next((k for k in range(min(len(data) - pos, _TOKEN_BYTES), 1, -1) if data[pos : pos + k] in by_bytes), 1)
 
 
 def _keep(kept: dict[str, Any], key: str, value: Any) -> Any:
@@ -308,13 +336,9 @@ def _keep(kept: dict[str, Any], key: str, value: Any) -> Any:
 
 
 def _still_ends(twin: Any, plan: bytes) -> bool:
-    """Whether `plan` still takes the byte twin from its state to the end of its grammar."""
-    done = twin.try_consume_tokens(list(plan)) if plan else 0
-    try:
-        return done == len(plan) and twin.is_accepting()
-    finally:
-        if done:
-            twin.rollback(done)
+    """Whether `plan` still takes the byte twin from its state to the end of its grammar
+    (EOS admitted after it), asked without moving the twin."""
+    return bool(twin.validate_tokens([*plan, _EOS]) == len(plan) + 1)
 
 
 def word_bit(j: int) -> int:
@@ -327,7 +351,8 @@ def _signed(word: int) -> int:
 
 
 # The vocabulary closing plans on: one token per byte, EOS 256.
-_BYTES = LlgVocabulary.build({bytes([b]): [b] for b in range(256)}, 256, {256: "<eos>"}, 257)
+_EOS = 256
+_BYTES = LlgVocabulary.build({bytes([b]): [b] for b in range(256)}, _EOS, {_EOS: "<eos>"}, 257)
 _STEPS = {b: b for b in range(256)}
 _NO_CALL = -1
 

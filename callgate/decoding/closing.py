@@ -113,13 +113,13 @@ def _closer(
         ids = [steps.get(b) for b in text]
         if None in ids or not admitted >> ids[0] & 1:  # type: ignore[operator]
             continue
-        done = matcher.try_consume_tokens(ids)
-        if done == len(ids):
-            n = 0 if matcher.is_accepting() else _mask(matcher, mask).bit_count()
-            if best is None or (n, len(text)) < best[:2]:
-                best = (n, len(text), text)
-        if done:
-            matcher.rollback(done)
+        if matcher.validate_tokens(ids) < len(ids):  # asked without moving the matcher: cheap
+            continue
+        matcher.try_consume_tokens(ids)
+        n = 0 if matcher.is_accepting() else _mask(matcher, mask).bit_count()
+        if best is None or (n, len(text)) < best[:2]:
+            best = (n, len(text), text)
+        matcher.rollback(len(ids))
     if best is None or best[0] > _NARROW:
         return None
     matcher.try_consume_tokens([steps[b] for b in best[2]])
