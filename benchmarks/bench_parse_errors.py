@@ -323,17 +323,21 @@ def prepare(
 
 
 async def run_config(engine: Any, ctx: Context, res: ConfigResult, cases: Sequence[Case], batch: int) -> ConfigResult:
-    """Run every case of one configuration in chunks of `batch`; grammars of a chunk are
-    built before it runs, mask replays (vllm) after its decode time is taken."""
+    """Run every case of one configuration in chunks of `batch` requests that run (a case
+    refused with a 400 leaves its place to the next, so that every configuration decodes
+    full batches: a chunk thinned by refusals would decode slower whatever its mask costs);
+    grammars of a chunk are built before it runs, mask replays (vllm) after its decode time
+    is taken."""
     from callgate import constraints
     from callgate.errors import InvalidRequestError, SchemaTooComplexError
 
     began_ns = ctx.mask_log.now()
-    cases = [c for c in cases if runs(res.mode, c)]
-    for start in range(0, len(cases), batch):
+    pending = [c for c in cases if runs(res.mode, c)]
+    while pending:
         jobs: list[Job] = []
         constraints.CACHE.clear()  # bounded memory: one chunk of grammars at a time
-        for case in cases[start : start + batch]:
+        while pending and len(jobs) < batch:
+            case = pending.pop(0)
             try:
                 job, seconds = prepare(res.format, res.system, res.mode, case, ctx.vocab, ctx.xg, res.max_tokens)
             except (SchemaTooComplexError, InvalidRequestError) as e:
@@ -347,6 +351,8 @@ async def run_config(engine: Any, ctx: Context, res: ConfigResult, cases: Sequen
             if seconds is not None:
                 res.compile_s.append(seconds)
             jobs.append(job)
+        if not jobs:
+            continue
         began = time.perf_counter()
         outs = await asyncio.gather(*(generate(engine, res.format, j.case, j, res.max_tokens) for j in jobs))
         res.decode_wall_s += time.perf_counter() - began
