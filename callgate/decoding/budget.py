@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -263,7 +262,7 @@ class BudgetClosing:
         to right (a shorter token where it refuses the longest). Asked with
         `validate_tokens` (the matcher is not moved; ~10x cheaper than consume and rollback),
         the longest spelling whole first."""
-        out = _longest_spelling(self.vocab, plan)
+        out = self.vocab.greedy(plan)
         out = out[: m.validate_tokens(out)] if out else []
         pos = sum(len(self.pieces[t]) for t in out)
         by_bytes = self.vocab.by_bytes
@@ -298,33 +297,8 @@ def _planned_tokens(probe: Any, format: str, vocab: LlgVocabulary, before: bytes
 
 def _longest_tokens(vocab: LlgVocabulary, data: bytes) -> int:
     """How many of the vocabulary's longest tokens spell `data`, left to right, as `_tokens`
-    spells a plan but without asking the matcher (a byte with no token counts as one)."""
-    n = pos = 0
-    by_bytes = vocab.by_bytes
-    while pos < len(data):
-        pos += _longest_at(by_bytes, data, pos)
-        n += 1
-    return n
-
-
-def _longest_spelling(vocab: LlgVocabulary, data: bytes) -> list[int]:
-    """`data` in the vocabulary's longest tokens, left to right, up to a byte no token spells."""
-    out: list[int] = []
-    pos = 0
-    by_bytes = vocab.by_bytes
-    while pos < len(data):
-        size = _longest_at(by_bytes, data, pos)
-        ids = by_bytes.get(data[pos : pos + size])
-        if not ids:
-            break
-        out.append(ids[0])
-        pos += size
-    return out
-
-
-def _longest_at(by_bytes: Mapping[bytes, Sequence[int]], data: bytes, pos: int) -> int:
-    """The length of the longest token at `data[pos:]` (1 where none is longer)."""
-    return next((k for k in range(min(len(data) - pos, _TOKEN_BYTES), 1, -1) if data[pos : pos + k] in by_bytes), 1)
+    spells a plan but without asking the matcher."""
+    return len(vocab.greedy(data))
 
 
 def _keep(kept: dict[str, Any], key: str, value: Any) -> Any:
