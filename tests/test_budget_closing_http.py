@@ -29,12 +29,14 @@ N_TOKENS = len(CALL) + 1  # one token per character, then EOS
 async def post() -> AsyncIterator[Any]:
     clients: list[httpx.AsyncClient] = []
 
-    async def send(body: dict[str, Any], *, constrained: bool = True) -> httpx.Response:
+    async def send(
+        body: dict[str, Any], *, constrained: bool = True, path: str = "/v1/chat/completions"
+    ) -> httpx.Response:
         settings = replace(Settings(served_model_name=MODEL, max_model_len=4096), constrained=constrained)
         app = create_app(settings, engine=FakeEngine(replies=[list(CALL)]), validator=SchemaCheck())
         client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://callgate.test")
         clients.append(client)
-        return await client.post("/v1/chat/completions", json=body)
+        return await client.post(path, json=body)
 
     yield send
     for client in clients:
@@ -83,6 +85,25 @@ async def test_a_budget_below_the_shortest_call_is_a_400_naming_max_tokens(post:
     assert named.status_code == 400 and named.json()["error"]["param"] == "max_tokens"
     streamed = await post(body(5, stream=True))
     assert streamed.status_code == 400 and streamed.json()["error"]["param"] == "max_tokens"
+
+
+async def test_the_responses_surface_names_its_own_field_in_that_400(post: Any) -> None:
+    tool = {"type": "function", **WEATHER["function"]}
+    resp = await post(
+        {
+            "model": MODEL,
+            "input": "Weather in Oslo?",
+            "tools": [tool],
+            "tool_choice": "required",
+            "max_output_tokens": 5,
+        },
+        path="/v1/responses",
+    )
+    assert resp.status_code == 400
+    error = resp.json()["error"]
+    assert error["param"] == "max_output_tokens"
+    assert "max_output_tokens: 5 cannot hold the shortest call" in error["message"]
+    assert "raise max_output_tokens to at least" in error["message"] and "max_tokens" not in error["message"]
 
 
 async def test_auto_and_unconstrained_requests_keep_a_small_budget(post: Any) -> None:

@@ -159,7 +159,7 @@ def _as_responses_field(exc: InvalidRequestError) -> InvalidRequestError:
     """A 400 of the internal turn naming a chat field, renamed to the Responses field."""
     for chat, responses in _FIELDS:
         if exc.param and exc.param.split(".")[0].split("[")[0] == chat:
-            message = exc.message.replace(exc.param, responses, 1) if exc.message.startswith(exc.param) else exc.message
+            message = exc.message.replace(exc.param, responses) if exc.message.startswith(exc.param) else exc.message
             renamed = type(exc)(message, param=responses, code=exc.code)
             renamed.status = exc.status
             return renamed
