@@ -290,15 +290,10 @@ def shortest_output_tokens(plain: str, format: str, vocab: LlgVocabulary) -> int
 
 def _planned_tokens(probe: Any, format: str, vocab: LlgVocabulary, before: bytes = b"") -> int | None:
     """Tokens of `before` and the closing plan from the byte twin `probe`'s state (None: no
-    plan), counted as `_longest_tokens` counts."""
+    plan), in the vocabulary's longest tokens (as `_tokens` spells a plan, without asking
+    the matcher)."""
     plan = closing_plan(probe, _STEPS, _EOS, format_closers(format), max_bytes=_PLAN_BYTES)
-    return None if plan is None else _longest_tokens(vocab, before + plan)
-
-
-def _longest_tokens(vocab: LlgVocabulary, data: bytes) -> int:
-    """How many of the vocabulary's longest tokens spell `data`, left to right, as `_tokens`
-    spells a plan but without asking the matcher."""
-    return len(vocab.greedy(data))
+    return None if plan is None else len(vocab.greedy(before + plan))
 
 
 def _keep(kept: dict[str, Any], key: str, value: Any) -> Any:
