@@ -38,6 +38,10 @@ static inline void NAME##_row(T *restrict lg, const uint32_t *restrict mk, int64
     uint32_t m = mk[w];                                                                   \
     if (m == 0xFFFFFFFFu) continue; /* all 32 allowed: nothing to write */               \
     T *restrict seg = lg + 32 * w;                                                        \
+    if (m == 0u) { /* all 32 banned: stores only, no load */                              \
+      for (int j = 0; j < 32; j++) seg[j] = (T)NINF;                                      \
+      continue;                                                                           \
+    }                                                                                     \
     for (int j = 0; j < 32; j++) {                                                        \
       T keep = (T)(0u - (UT)((m >> j) & 1u));                                             \
       seg[j] = (T)((seg[j] & keep) | ((T)NINF & (T)~keep));                               \
