@@ -170,10 +170,11 @@ class ConstrainedBatch:
             # a stopped matcher (the grammar is complete) admits EOS alone: its mask says so;
             # a row at its grammar's start takes the start mask, computed once per grammar;
             # a row in a run of forced tokens takes the next one
+            forced = {i for i, row in live if self._forced(row)}
             fill = [
                 (row.matcher, i)
                 for i, row in live
-                if not self._forced(row) and (row.consumed or row.spec.key not in self.first_masks)
+                if i not in forced and (row.consumed or row.spec.key not in self.first_masks)
             ]
             if len(fill) > 1 and self.parallel_fill:
                 llguidance.torch.fill_next_token_bitmask_par(self.executor, fill, host)
@@ -181,7 +182,7 @@ class ConstrainedBatch:
                 for m, i in fill:
                     llguidance.torch.fill_next_token_bitmask(m, host, i)
             for i, row in live:
-                if row.forced:
+                if i in forced:
                     host[i].zero_()
                     host[i, row.forced[0] >> 5] = word_bit(row.forced[0] & 31)
                 elif not row.consumed:
