@@ -6,6 +6,8 @@ Triton body also runs in Triton's interpreter on the CPU, and on a GPU when pres
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -120,6 +122,57 @@ def test_allowed_logits_keep_their_exact_bits() -> None:
     cpu.apply_token_bitmask(logits, torch.tensor([[0b01111]], dtype=torch.int32))
     assert same_bits(logits[:, :4], want[:, :4])
     assert logits[0, 4] == float("-inf")
+
+
+# The C source has an AVX-512 body and a portable one; -march=native picks one per machine,
+# so both are built here: AVX-512 explicitly (where the CPU runs it) and without it.
+_BODIES = {
+    "avx512": ("-O3", "-mavx512f", "-mavx512bw", "-std=c99", "-fPIC", "-shared"),
+    "portable": ("-O3", "-mno-avx512f", "-std=c99", "-fPIC", "-shared"),
+}
+
+
+def _cpu_has_avx512() -> bool:
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return " avx512f" in flags and " avx512bw" in flags
+
+
+@pytest.mark.parametrize("body", sorted(_BODIES))
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(("vocab", "n_words"), [(49152, None), (151936, None), (128256, 4000), (1000, 40)])
+def test_each_c_body_matches_reference(body: str, dtype: torch.dtype, vocab: int, n_words: int | None) -> None:
+    from callgate.kernels.native import NativeUnavailable, compile_library
+
+    if body == "avx512" and not _cpu_has_avx512():
+        pytest.skip("this CPU has no AVX-512")
+    try:
+        library = compile_library(f"mask-{body}", cpu._SOURCE, (_BODIES[body],))
+    except NativeUnavailable as exc:
+        pytest.skip(f"the compiler does not build the {body} body here: {exc}")
+    fn = cpu.entry_points(library)[dtype]
+    logits, bitmask = random_case(6, vocab, dtype, seed=vocab, n_words=n_words)
+    # blocks of 16 words all banned, all allowed and mixed, as grammar states give
+    if bitmask.shape[1] >= 64:
+        bitmask[2, :32] = 0
+        bitmask[2, 40] = 1 << 7
+        bitmask[3, :48] = -1
+        bitmask[3, 20] = 0x7FFFFFFF
+    want = expected(logits, bitmask)
+    rows = torch.tensor([0, 1, 2, 3, 4, 5], dtype=torch.int64)
+    fn(
+        logits.data_ptr(),
+        logits.stride(0),
+        bitmask.data_ptr(),
+        bitmask.stride(0),
+        rows.data_ptr(),
+        6,
+        logits.shape[1],
+        bitmask.shape[1],
+    )
+    assert same_bits(logits, want)
 
 
 @pytest.mark.parametrize("rows", [[2, 5], (5, 2), torch.tensor([5, 2], dtype=torch.int32), np.array([2, 5])])

@@ -30,16 +30,16 @@ class NativeUnavailable(RuntimeError):
 
 
 @functools.cache
-def compile_library(name: str, source: str) -> ctypes.CDLL:
-    """The library built from `source` (once per (name, source) in this process).
-    Raises NativeUnavailable."""
+def compile_library(name: str, source: str, flag_sets: tuple[tuple[str, ...], ...] = FLAG_SETS) -> ctypes.CDLL:
+    """The library built from `source` (once per (name, source, flag_sets) in this process),
+    with the first of `flag_sets` the compiler takes. Raises NativeUnavailable."""
     compiler = next((c for c in ("cc", "gcc", "clang") if shutil.which(c)), None)
     if compiler is None:
         raise NativeUnavailable("no C compiler (cc, gcc or clang) on PATH")
     with tempfile.TemporaryDirectory(prefix=f"callgate-{name}-") as tmp:
         src, lib = Path(tmp) / f"{name}.c", Path(tmp) / f"{name}.so"
         src.write_text(source)
-        errors = [_build(compiler, flags, src, lib) for flags in FLAG_SETS]
+        errors = [_build(compiler, flags, src, lib) for flags in flag_sets]
         if not lib.exists():
             raise NativeUnavailable(f"{compiler} failed: {errors[-1]}")
         return ctypes.CDLL(str(lib))
