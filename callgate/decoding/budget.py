@@ -23,6 +23,7 @@ import functools
 import time
 from typing import Any
 
+import numpy
 import torch
 
 from callgate.constraints.llg import LlgVocabulary, matcher
@@ -57,13 +58,13 @@ class BudgetClosing:
         self.pieces = pieces
         self.closing_dir = closing_dir
         self._special_ids = frozenset(vocab.specials.values())
-        self._trigger_masks: dict[str, torch.Tensor] = {}
+        self._trigger_masks: dict[str, numpy.ndarray] = {}
         self._call_costs: dict[str, int | None] = {}  # grammar key -> a shortest call's tokens
         self._start_plans: dict[str, KeptPlan] = {}  # grammar key -> its plan from the start
         self._twins: dict[str, Any] = {}  # grammar key -> its byte twin at the start
         self._margins: dict[str, int] = {}  # format -> its least margin (_markup_margin)
 
-    def close(self, i: int, row: Row, host: torch.Tensor) -> int:
+    def close(self, i: int, row: Row, host: numpy.ndarray) -> int:
         """Force row `i`'s mask in `host` to the token the row must take now to end within
         its budget (or keep it from starting a call it could not finish); the time spent,
         in ns (0 outside the last BOUND tokens)."""
@@ -76,7 +77,7 @@ class BudgetClosing:
             if forced == _NO_CALL:
                 host[i] &= self._no_trigger(row.spec.trigger or "")
             elif forced is not None:
-                host[i].zero_()
+                host[i] = 0
                 host[i, forced // 32] = word_bit(forced % 32)
         finally:
             spent = time.perf_counter_ns() - started
@@ -174,7 +175,7 @@ class BudgetClosing:
         tokens = _planned_tokens(probe, spec.key.partition(":")[0], self.vocab, trigger)
         return None if tokens is None else tokens + 1
 
-    def _no_trigger(self, trigger: str) -> torch.Tensor:
+    def _no_trigger(self, trigger: str) -> numpy.ndarray:
         """A mask of every token but those that could begin `trigger`: a special token
         that spells it, and (its text spelled in ordinary tokens) any token holding its
         first character; kept per trigger."""
@@ -189,7 +190,8 @@ class BudgetClosing:
                 ):
                     allowed[i] = False
             bits = allowed.view(words, 32).to(torch.int64) << torch.arange(32, dtype=torch.int64)
-            found = self._trigger_masks[trigger] = bits.sum(dim=1).to(torch.int64).apply_(_signed).to(torch.int32)
+            words32 = bits.sum(dim=1).to(torch.int64).apply_(_signed).to(torch.int32)
+            found = self._trigger_masks[trigger] = words32.numpy()
         return found
 
     def _plan(self, row: Row, fresh: bool = False) -> list[int] | None:

@@ -32,6 +32,7 @@ to that file (decoding/step_log.py), readable from outside vLLM's engine process
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import time
@@ -39,7 +40,7 @@ from collections import OrderedDict
 from typing import Any
 
 import llguidance
-import llguidance.torch
+import numpy
 import torch
 
 from callgate.constraints.llg import LlgVocabulary, matcher
@@ -48,7 +49,7 @@ from callgate.decoding.budget import BOUND, BudgetClosing, word_bit
 from callgate.decoding.rows import Row, RowSpec, row_spec
 from callgate.decoding.step_log import StepLog
 from callgate.decoding.timings import STEP_TIMINGS, MaskTimings, mask_time_summary
-from callgate.kernels import apply_token_bitmask, apply_token_bitmask_rows
+from callgate.kernels import apply_token_bitmask, apply_token_bitmask_rows, cpu_row_kernels
 
 __all__ = ["BOUND", "ConstrainedBatch", "RowSpec", "mask_time_summary", "row_spec"]
 
@@ -74,7 +75,7 @@ class ConstrainedBatch:
         self.templates: OrderedDict[str, Any] = OrderedDict()
         # each grammar's mask at its start (a free-text start costs ~1 ms to fill on 152k ids)
         # and its forced tokens there (a required call's markup: a DSML start's are ~0.4 ms)
-        self.first_masks: dict[str, torch.Tensor] = {}
+        self.first_masks: dict[str, numpy.ndarray] = {}
         self.first_forced: dict[str, list[int]] = {}
         self.executor = llguidance.LLExecutor()
         self.parallel_fill = parallel_fill_default()
@@ -82,7 +83,14 @@ class ConstrainedBatch:
         self.step_log = StepLog.from_environment()
         self.budget_ns = 0
         self.masked = 0
-        self._host = torch.zeros(0, 0, dtype=torch.int32)
+        self.words = (self.vocab.size + 31) // 32
+        # the host masks, one row per batch row: a tensor (for a GPU's copy), a numpy view and
+        # its address (each step's writes go through these: after the model's forward pass every
+        # cache is cold, and a torch call per row costs microseconds there)
+        self._host = torch.zeros(0, self.words, dtype=torch.int32)
+        self._host_np = self._host.numpy()
+        self._host_ptr = 0
+        self._row_kernels = cpu_row_kernels()
         self.closing = BudgetClosing(self.vocab, self.pieces, os.environ.get(closing_marks.ENV))
 
     def load_tokens(self) -> LlgVocabulary:
@@ -165,8 +173,8 @@ class ConstrainedBatch:
             raise ValueError(f"logits have {width} columns but the vocabulary has {self.vocab.size} ids")
         live = [(i, row) for i, row in self.rows.items() if i < n_rows and self._catch_up(row)]
         if live:
-            words = (self.vocab.size + 31) // 32
-            host = self._buffer(n_rows, words)
+            self._buffer(n_rows)
+            host, base, row_bytes = self._host_np, self._host_ptr, self.words * 4
             # a stopped matcher (the grammar is complete) admits EOS alone: its mask says so;
             # a row at its grammar's start takes the start mask, computed once per grammar;
             # a row in a run of forced tokens takes the next one
@@ -177,25 +185,24 @@ class ConstrainedBatch:
                 if i not in forced and (row.consumed or row.spec.key not in self.first_masks)
             ]
             if len(fill) > 1 and self.parallel_fill:
-                llguidance.torch.fill_next_token_bitmask_par(self.executor, fill, host)
+                self.executor.unsafe_compute_mask_ptr(fill, base, row_bytes, n_rows)
             else:
                 for m, i in fill:
-                    llguidance.torch.fill_next_token_bitmask(m, host, i)
+                    m.unsafe_compute_mask_ptr(base + i * row_bytes, row_bytes)
             for i, row in live:
                 if i in forced:
-                    host[i].zero_()
+                    ctypes.memset(base + i * row_bytes, 0, row_bytes)
                     host[i, row.forced[0] >> 5] = word_bit(row.forced[0] & 31)
                 elif not row.consumed:
                     first = self.first_masks.get(row.spec.key)
                     if first is None:
-                        self.first_masks[row.spec.key] = host[i].clone()
+                        self.first_masks[row.spec.key] = host[i].copy()
                     else:
-                        host[i].copy_(first)
+                        host[i] = first
             for i, row in live:
                 if row.max_tokens is not None and not row.matcher.is_stopped():
                     self.budget_ns += self.closing.close(i, row, host)
-            masked = [i for i, _ in live]
-            self._kernel(logits, host, masked)
+            self._kernel(logits, n_rows, sorted(i for i, _ in live))
         elapsed = time.perf_counter_ns() - start
         self.masked = len(live)
         self.timings.record(elapsed, self.masked)
@@ -246,18 +253,36 @@ class ConstrainedBatch:
                     row.called = mark in row.text[max(0, start - len(mark) + 1) :]
         return True
 
-    def _buffer(self, n_rows: int, words: int) -> torch.Tensor:
-        if self._host.shape[0] < n_rows or self._host.shape[1] != words:
-            self._host = torch.zeros(
-                max(n_rows, 2 * self._host.shape[0]), words, dtype=torch.int32, pin_memory=self.pin
-            )
-        return self._host[:n_rows]
+    def _buffer(self, n_rows: int) -> None:
+        """Host masks for at least `n_rows` rows (grown by doubling, never shrunk)."""
+        if self._host.shape[0] < n_rows:
+            size = max(n_rows, 2 * self._host.shape[0])
+            self._host = torch.zeros(size, self.words, dtype=torch.int32, pin_memory=self.pin)
+            self._host_np = self._host.numpy()
+            self._host_ptr = self._host.data_ptr()
 
-    def _kernel(self, logits: torch.Tensor, host: torch.Tensor, masked: list[int]) -> None:
-        if logits.device.type == "cpu":
-            apply_token_bitmask_rows(logits, host, torch.tensor(sorted(masked), dtype=torch.int64))
+    def _kernel(self, logits: torch.Tensor, n_rows: int, masked: list[int]) -> None:
+        """Mask logits rows `masked` (ascending, each below n_rows) with their host masks.
+        CPU logits go straight to the C kernel: the host buffer and the rows were made
+        here, so only the logits need checking (dtype, unit stride: `check_call`'s checks)."""
+        fn = self._row_kernels.get(logits.dtype) if logits.device.type == "cpu" else None
+        if fn is not None and logits.dim() == 2 and logits.stride(1) == 1:
+            rows = numpy.array(masked, dtype=numpy.int64)
+            fn(
+                logits.data_ptr(),
+                logits.stride(0),
+                self._host_ptr,
+                self.words,
+                rows.ctypes.data,
+                len(masked),
+                logits.shape[1],
+                self.words,
+            )
+        elif logits.device.type == "cpu":
+            apply_token_bitmask_rows(logits, self._host[:n_rows], torch.tensor(masked, dtype=torch.int64))
         else:
-            apply_token_bitmask(logits, host.to(logits.device, non_blocking=True), sorted(masked))
+            host = self._host[:n_rows].to(logits.device, non_blocking=True)
+            apply_token_bitmask(logits, host, masked)
 
 
 def _pieces(vocab: LlgVocabulary) -> dict[int, bytes]:

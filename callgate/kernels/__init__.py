@@ -27,7 +27,7 @@ import torch
 
 from callgate.kernels.launcher import MaskCall, Rows, check_call
 
-__all__ = ["apply_token_bitmask", "apply_token_bitmask_rows", "backend_for"]
+__all__ = ["apply_token_bitmask", "apply_token_bitmask_rows", "backend_for", "cpu_row_kernels"]
 
 
 def apply_token_bitmask(logits: torch.Tensor, bitmask: torch.Tensor, indices: Rows = None) -> None:
@@ -43,6 +43,19 @@ def apply_token_bitmask_rows(logits: torch.Tensor, bitmask: torch.Tensor, rows: 
     constraint processor calls this once per decoding step)."""
     call = check_call(logits, bitmask, None)
     _backend(call.logits.device.type)[1](MaskCall(call.logits, call.bitmask, rows))
+
+
+def cpu_row_kernels() -> dict[torch.dtype, Callable[..., None]]:
+    """Per logits dtype, the compiled CPU loop's unchecked entry
+
+        fn(logits_ptr, row_stride, mask_ptr, mask_stride, rows_ptr, n_rows, vocab, n_words)
+
+    (strides in elements; rows_ptr: n_rows int64 rows, each below both tensors' rows), for a
+    caller that owns its mask buffer and row list and checks the logits itself (dtype, 2-D,
+    unit stride). Empty where the loop is not available (no C compiler)."""
+    from callgate.kernels import cpu
+
+    return cpu.row_kernels() if cpu.available() else {}
 
 
 def backend_for(device: torch.device) -> str:

@@ -192,6 +192,12 @@ def _library() -> ctypes.CDLL:
         raise CpuKernelUnavailable(str(exc)) from exc
 
 
+def row_kernels() -> dict[torch.dtype, Any]:
+    """Per logits dtype, the unchecked C function behind `apply_checked` (see
+    callgate.kernels.cpu_row_kernels). Raises CpuKernelUnavailable."""
+    return _functions()
+
+
 def pointer_kernels() -> dict[torch.dtype, Any]:
     """For a caller that keeps each row's mask in an array of its own (a constraint
     processor whose masks are cached per grammar state): per logits dtype, the C function
