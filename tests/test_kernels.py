@@ -6,6 +6,7 @@ Triton body also runs in Triton's interpreter on the CPU, and on a GPU when pres
 
 from __future__ import annotations
 
+import platform
 from pathlib import Path
 
 import numpy as np
@@ -144,14 +145,13 @@ def _cpu_has_avx512() -> bool:
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize(("vocab", "n_words"), [(49152, None), (151936, None), (128256, 4000), (1000, 40)])
 def test_each_c_body_matches_reference(body: str, dtype: torch.dtype, vocab: int, n_words: int | None) -> None:
-    from callgate.kernels.native import NativeUnavailable, compile_library
+    from callgate.kernels.native import compile_library
 
     if body == "avx512" and not _cpu_has_avx512():
         pytest.skip("this CPU has no AVX-512")
-    try:
-        library = compile_library(f"mask-{body}", cpu._SOURCE, (_BODIES[body],))
-    except NativeUnavailable as exc:
-        pytest.skip(f"the compiler does not build the {body} body here: {exc}")
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        pytest.skip("the -m flags that pick a body are x86's")
+    library = compile_library(f"mask-{body}", cpu._SOURCE, (_BODIES[body],))  # a build error fails here
     fn = cpu.entry_points(library)[dtype]
     logits, bitmask = random_case(6, vocab, dtype, seed=vocab, n_words=n_words)
     # blocks of 16 words all banned, all allowed and mixed, as grammar states give

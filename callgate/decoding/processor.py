@@ -266,7 +266,7 @@ class ConstrainedBatch:
         CPU logits go straight to the C kernel: the host buffer and the rows were made
         here, so only the logits need checking (dtype, unit stride: `check_call`'s checks)."""
         fn = self._row_kernels.get(logits.dtype) if logits.device.type == "cpu" else None
-        if fn is not None and logits.dim() == 2 and logits.stride(1) == 1:
+        if fn is not None and logits.stride(1) == 1:  # 2-D: apply unpacked its shape
             rows = numpy.array(masked, dtype=numpy.int64)
             fn(
                 logits.data_ptr(),
