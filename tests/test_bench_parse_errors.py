@@ -101,17 +101,17 @@ def test_targets_need_zero_errors_full_validity_and_speed() -> None:
     rows = [
         {**base, "system": "callgate", "mode": "unconstrained", "tok_per_s": 100.0, "mask_us_p50": None}
         | {"full_batch_tok_per_s": 200.0},
-        {**base, "system": "callgate", "mode": "required", "tok_per_s": 95.0, "full_batch_tok_per_s": 170.0},
+        {**base, "system": "callgate", "mode": "required", "tok_per_s": 95.0, "full_batch_tok_per_s": 188.0},
         {**base, "system": "callgate", "mode": "named", "tok_per_s": 80.0, "parse_error_rate": 0.2}
-        | {"full_batch_tok_per_s": 190.0},
+        | {"full_batch_tok_per_s": 192.0, "mask_us_p50": 45.0, "vocab_size": 151_936},
         {**base, "system": "vllm", "mode": "required", "tok_per_s": 10.0, "parse_error_rate": 1.0},
     ]
     t = bench.targets(rows)
-    assert t["hermes_required_zero_parse_errors"] and t["hermes_required_wall_tok_s_ge_90pct"]
-    assert not t["hermes_required_full_batch_tok_s_ge_90pct"]  # 0.85 of unconstrained at full batch
-    assert t["hermes_required_mask_p50_le_50us"]
-    assert not t["hermes_named_zero_parse_errors"] and not t["hermes_named_wall_tok_s_ge_90pct"]
-    assert t["hermes_named_full_batch_tok_s_ge_90pct"]
+    assert t["hermes_required_zero_parse_errors"]
+    assert not t["hermes_required_full_batch_tok_s_ge_95pct"]  # 0.94 of unconstrained at full batch
+    assert t["hermes_required_mask_p50_le_30us"]  # no vocabulary size: the small one's target
+    assert not t["hermes_named_zero_parse_errors"] and t["hermes_named_full_batch_tok_s_ge_95pct"]
+    assert t["hermes_named_mask_p50_le_60us"] and "hermes_named_mask_p50_le_30us" not in t
     assert not any(k.startswith("hermes_unconstrained") for k in t)
 
 

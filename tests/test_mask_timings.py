@@ -15,15 +15,21 @@ from tests.test_decoding_processor import WIDTH, ByteBatch, Update, lark, params
 def test_records_round_trip_in_blocks(tmp_path: Path) -> None:
     path = tmp_path / "steps.log"
     log = StepLog(path, flush_every=3)
-    records = [StepRecord(1000 + i, i % 4, 7 * i, 10**12 + i) for i in range(7)]
+    records = [StepRecord(1000 + i, i % 4, 7 * i, 10**12 + i, i % 3) for i in range(7)]
     for r in records[:2]:
-        log.record(r.elapsed_ns, r.rows, r.budget_ns, r.at_ns)
+        log.record(r.elapsed_ns, r.rows, r.budget_ns, r.at_ns, passed=r.passed)
     assert read_step_log(path) == []  # still buffered
     for r in records[2:]:
-        log.record(r.elapsed_ns, r.rows, r.budget_ns, r.at_ns)
+        log.record(r.elapsed_ns, r.rows, r.budget_ns, r.at_ns, passed=r.passed)
     assert read_step_log(path) == records[:6]
     log.close()
     assert read_step_log(path) == records
+
+
+def test_a_log_from_before_the_passed_field_still_reads(tmp_path: Path) -> None:
+    path = tmp_path / "steps.log"
+    path.write_text("10 2 3 40\n11 2 0 41 1\n12 2\n")
+    assert read_step_log(path) == [StepRecord(10, 2, 3, 40, -1), StepRecord(11, 2, 0, 41, 1)]
 
 
 def test_a_quiet_log_is_flushed_after_its_time(tmp_path: Path) -> None:

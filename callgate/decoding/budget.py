@@ -63,29 +63,24 @@ class BudgetClosing:
         self._start_plans: dict[str, KeptPlan] = {}  # grammar key -> its plan from the start
         self._twins: dict[str, Any] = {}  # grammar key -> its byte twin at the start
         self._margins: dict[str, int] = {}  # format -> its least margin (_markup_margin)
+        self.spent_ns = 0  # time `decide` took since the caller last set this to 0
 
-    def close(self, i: int, row: Row, host: numpy.ndarray) -> int:
-        """Force row `i`'s mask in `host` to the token the row must take now to end within
-        its budget (or keep it from starting a call it could not finish); the time spent,
-        in ns (0 outside the last BOUND tokens)."""
+    def decide(self, row: Row) -> int | None:
+        """The one token row must take now to end within its budget, NO_CALL (any token
+        but one that could start a call: the mask is to be narrowed by `no_trigger`), or
+        None (free: nothing to do outside the last BOUND tokens). The time spent is added
+        to `spent_ns`."""
         left = row.remaining()
         if left is None or left > BOUND:
-            return 0
+            return None
         started = time.perf_counter_ns()
         try:
-            forced = self._forced(row, left)
-            if forced == _NO_CALL:
-                host[i] &= self._no_trigger(row.spec.trigger or "")
-            elif forced is not None:
-                host[i] = 0
-                host[i, forced // 32] = word_bit(forced % 32)
+            return self._forced(row, left)
         finally:
-            spent = time.perf_counter_ns() - started
-        return spent
+            self.spent_ns += time.perf_counter_ns() - started
 
     def _forced(self, row: Row, left: int) -> int | None:
-        """The one token the row must take now to end within its budget (-1: any token but
-        one that starts a call), or None (free)."""
+        """`decide`'s answer for a row `left` tokens before its budget."""
         eos = self.vocab.eos_token_id
         if row.plan is not None:  # following a plan: its next token, then EOS
             # by the tokens written, not the steps: a step whose token vLLM discards (a row
@@ -100,7 +95,7 @@ class BudgetClosing:
             if cost is None or left > cost + 1:
                 return None
             # a whole call is written: end here; else (auto, text so far) start no call
-            return eos if row.spec.needs_call or row.called else _NO_CALL
+            return eos if row.spec.needs_call or row.called else NO_CALL
         last = None if row.kept is None else len(row.kept.tokens)  # the plan at the last step
         plan = self._plan(row)
         if plan is None:
@@ -128,12 +123,17 @@ class BudgetClosing:
         """Whether the row may still write freely: the budget holds its plan, EOS and a
         margin for what the next token may add (and, where the plan only closes the markup
         after a whole call, room for another call)."""
-        margin = max(self._markup_margin(row.spec.key.partition(":")[0]), row.growth + 2)
+        margin = self._margin(row)
         if left <= len(plan) + 1 + margin:
             return False
         if cost is None or left > cost + len(plan) + 1:  # room for another call
             return True
         return not self._ends_a_call(row, plan)  # only the markup after a whole call is left
+
+    def _margin(self, row: Row) -> int:
+        """What one free token may add to the row's plan: the format's least margin, or two
+        more than the most one has added so far."""
+        return max(self._markup_margin(row.spec.key.partition(":")[0]), row.growth + 2)
 
     def _markup_margin(self, format: str) -> int:
         """The least margin for `format`: SLACK, or two of its longest closer (in tokens) and
@@ -175,7 +175,7 @@ class BudgetClosing:
         tokens = _planned_tokens(probe, spec.key.partition(":")[0], self.vocab, trigger)
         return None if tokens is None else tokens + 1
 
-    def _no_trigger(self, trigger: str) -> numpy.ndarray:
+    def no_trigger(self, trigger: str) -> numpy.ndarray:
         """A mask of every token but those that could begin `trigger`: a special token
         that spells it, and (its text spelled in ordinary tokens) any token holding its
         first character; kept per trigger."""
@@ -312,11 +312,6 @@ def _still_ends(twin: Any, plan: bytes) -> bool:
     return bool(twin.validate_tokens([*plan, _EOS]) == len(plan) + 1)
 
 
-def word_bit(j: int) -> int:
-    """Bit j of an int32 word (bit 31 is the sign bit)."""
-    return (1 << j) - (1 << 32) if j == 31 else 1 << j
-
-
 def _signed(word: int) -> int:
     return word - (1 << 32) if word >= 1 << 31 else word
 
@@ -325,7 +320,7 @@ def _signed(word: int) -> int:
 _EOS = 256
 _BYTES = LlgVocabulary.build({bytes([b]): [b] for b in range(256)}, _EOS, {_EOS: "<eos>"}, 257)
 _STEPS = {b: b for b in range(256)}
-_NO_CALL = -1
+NO_CALL = -1
 
 
 @functools.cache

@@ -16,7 +16,11 @@ rows of a batch in parallel) and callgate's kernel masks the logits. Where the g
 the next bytes (a marker, a key name, a tool's name once chosen) llguidance's mask admits one
 token, the first of its forced tokens (`compute_ff_tokens`), and filling it costs as much as
 computing them all (0.1–0.4 ms a step inside DSML's markers on 49k ids): a row keeps the run of
-forced tokens, computed once, and takes them one per step without a fill. A token the matcher
+forced tokens, computed once, and takes them one per step without a fill. A greedy row
+(`argmax_sampled`: vLLM takes the argmax of the returned logits) whose argmax the grammar
+admits is left unmasked: the mask would not move that argmax, and asking the matcher about
+one token (~1 µs) after one C pass over the row replaces a fill and a kernel pass (tens of
+µs); its argmax refused, it is masked as any other row. A token the matcher
 refuses (only possible when another processor changed the sampled token) leaves the row
 unconstrained from then on, with a warning; the strict parser downstream judges the output.
 
@@ -45,11 +49,11 @@ import torch
 
 from callgate.constraints.llg import LlgVocabulary, matcher
 from callgate.decoding import closing_marks
-from callgate.decoding.budget import BOUND, BudgetClosing, word_bit
+from callgate.decoding.budget import BOUND, NO_CALL, BudgetClosing
 from callgate.decoding.rows import Row, RowSpec, row_spec
 from callgate.decoding.step_log import StepLog
 from callgate.decoding.timings import STEP_TIMINGS, MaskTimings, mask_time_summary
-from callgate.kernels import apply_token_bitmask, apply_token_bitmask_rows, cpu_row_kernels
+from callgate.kernels import apply_token_bitmask, apply_token_bitmask_rows, argmax, cpu_row_kernels
 
 __all__ = ["BOUND", "ConstrainedBatch", "RowSpec", "mask_time_summary", "row_spec"]
 
@@ -82,7 +86,9 @@ class ConstrainedBatch:
         self.timings = MaskTimings()
         self.step_log = StepLog.from_environment()
         self.budget_ns = 0
-        self.masked = 0
+        self.masked = 0  # rows constrained in the last step
+        self.filled = 0  # of which llguidance filled a mask for
+        self.passed = 0  # of which took their argmax unmasked (greedy, admitted)
         self.words = (self.vocab.size + 31) // 32
         # the host masks, one row per batch row: a tensor (for a GPU's copy), a numpy view and
         # its address (each step's writes go through these: after the model's forward pass every
@@ -91,6 +97,8 @@ class ConstrainedBatch:
         self._host_np = self._host.numpy()
         self._host_ptr = 0
         self._row_kernels = cpu_row_kernels()
+        self._argmax = argmax.argmax_rows_kernel() if argmax.available() else None
+        self._argmax_out = numpy.zeros(0, dtype=numpy.int64)
         self.closing = BudgetClosing(self.vocab, self.pieces, os.environ.get(closing_marks.ENV))
 
     def load_tokens(self) -> LlgVocabulary:
@@ -142,7 +150,7 @@ class ConstrainedBatch:
             return None
         max_tokens = getattr(params, "max_tokens", None)
         budget = max_tokens if isinstance(max_tokens, int) and spec.budget_closing else None
-        return Row(spec, first.deep_copy(), output_ids, budget)
+        return Row(spec, first.deep_copy(), output_ids, budget, argmax_sampled=argmax_sampled(params))
 
     def _template(self, spec: RowSpec) -> Any:
         found = self.templates.get(spec.key)
@@ -164,7 +172,7 @@ class ConstrainedBatch:
 
     def apply(self, logits: torch.Tensor) -> torch.Tensor:
         """Advance every constrained row's matcher, then mask its logits row in place."""
-        self.budget_ns = self.masked = 0
+        self.budget_ns = self.masked = self.filled = self.passed = 0
         if not self.rows:
             return logits
         start = time.perf_counter_ns()
@@ -175,41 +183,101 @@ class ConstrainedBatch:
         if live:
             self._buffer(n_rows)
             host, base, row_bytes = self._host_np, self._host_ptr, self.words * 4
-            # a stopped matcher (the grammar is complete) admits EOS alone: its mask says so;
-            # a row at its grammar's start takes the start mask, computed once per grammar;
-            # a row in a run of forced tokens takes the next one
-            forced = {i for i, row in live if self._forced(row)}
+            # rows whose mask admits one token: a stopped matcher (the grammar is complete)
+            # EOS, a run of forced tokens its next one, budget closing the token it steers to
+            one: dict[int, int] = {}
+            for i, row in live:
+                if row.matcher.is_stopped():
+                    one[i] = self.vocab.eos_token_id
+                elif self._forced(row):
+                    one[i] = row.forced[0]
+            no_call: list[int] = []  # rows kept from starting a call (budget closing)
+            self.closing.spent_ns = 0
+            for i, row in live:
+                if row.max_tokens is not None and not row.matcher.is_stopped():
+                    decided = self.closing.decide(row)
+                    if decided == NO_CALL:
+                        no_call.append(i)
+                    elif decided is not None:
+                        one[i] = decided
+            self.budget_ns = self.closing.spent_ns
+            passed = self._argmax_admitted(logits, live, one, no_call)
+            # a row at its grammar's start takes the start mask, computed once per grammar
             fill = [
                 (row.matcher, i)
                 for i, row in live
-                if i not in forced and (row.consumed or row.spec.key not in self.first_masks)
+                if i not in passed and i not in one and (row.consumed or row.spec.key not in self.first_masks)
             ]
             if len(fill) > 1 and self.parallel_fill:
                 self.executor.unsafe_compute_mask_ptr(fill, base, row_bytes, n_rows)
             else:
                 for m, i in fill:
                     m.unsafe_compute_mask_ptr(base + i * row_bytes, row_bytes)
+            masked = []
             for i, row in live:
-                if i in forced:
+                if i in passed:
+                    continue
+                masked.append(i)
+                token = one.get(i)
+                if token is not None:
                     ctypes.memset(base + i * row_bytes, 0, row_bytes)
-                    host[i, row.forced[0] >> 5] = word_bit(row.forced[0] & 31)
+                    host[i, token >> 5] = word_bit(token & 31)
                 elif not row.consumed:
                     first = self.first_masks.get(row.spec.key)
                     if first is None:
                         self.first_masks[row.spec.key] = host[i].copy()
                     else:
                         host[i] = first
-            for i, row in live:
-                if row.max_tokens is not None and not row.matcher.is_stopped():
-                    self.budget_ns += self.closing.close(i, row, host)
-            self._kernel(logits, n_rows, sorted(i for i, _ in live))
+            for i in no_call:
+                if i not in passed:
+                    host[i] &= self.closing.no_trigger(self.rows[i].spec.trigger or "")
+            if masked:
+                self._kernel(logits, n_rows, sorted(masked))
+            self.filled, self.passed = len(fill), len(passed)
         elapsed = time.perf_counter_ns() - start
         self.masked = len(live)
         self.timings.record(elapsed, self.masked)
         STEP_TIMINGS.record(elapsed, self.masked)
         if self.step_log is not None and self.masked:
-            self.step_log.record(elapsed, self.masked, self.budget_ns)
+            self.step_log.record(elapsed, self.masked, self.budget_ns, passed=self.passed)
         return logits
+
+    def _argmax_admitted(
+        self, logits: torch.Tensor, live: list[tuple[int, Row]], one: dict[int, int], no_call: list[int]
+    ) -> set[int]:
+        """The rows that vLLM will sample greedily and whose argmax their mask would admit:
+        masking them would change nothing, so they are left as they are (asking the matcher
+        about one token is ~1 µs, a mask tens of µs; the argmax is one read of the row).
+        Only for float32 CPU logits (a GPU's would cost a device sync)."""
+        if self._argmax is None or logits.device.type != "cpu" or logits.dtype != torch.float32:
+            return set()
+        if logits.stride(1) != 1:
+            return set()
+        greedy = [(i, row) for i, row in live if row.argmax_sampled]
+        if not greedy:
+            return set()
+        if self._argmax_out.shape[0] < len(greedy):
+            self._argmax_out = numpy.zeros(max(len(greedy), 2 * self._argmax_out.shape[0]), dtype=numpy.int64)
+        index = numpy.array([i for i, _ in greedy], dtype=numpy.int64)
+        out = self._argmax_out
+        width = logits.shape[1]
+        self._argmax(logits.data_ptr(), logits.stride(0), index.ctypes.data, len(greedy), width, out.ctypes.data)
+        kept_out = set(no_call)
+        passed = set()
+        for k, (i, row) in enumerate(greedy):
+            t = int(out[k])
+            if t < 0 or t >= self.vocab.size:  # a NaN in the row, or a padded column
+                continue
+            token = one.get(i)
+            if token is not None:
+                ok = t == token
+            else:
+                ok = row.matcher.validate_tokens([t]) == 1
+            if ok and i in kept_out:
+                ok = bool(self.closing.no_trigger(row.spec.trigger or "")[t >> 5] >> (t & 31) & 1)
+            if ok:
+                passed.add(i)
+        return passed
 
     def _forced(self, row: Row) -> bool:
         """Whether the grammar forces the row's next token (then `row.forced` starts with it):
@@ -289,6 +357,32 @@ def _pieces(vocab: LlgVocabulary) -> dict[int, bytes]:
     pieces = {i: data for data, ids in vocab.by_bytes.items() for i in ids}
     pieces.update({i: text.encode() for text, i in vocab.specials.items()})
     return pieces
+
+
+def argmax_sampled(params: Any) -> bool:
+    """Whether vLLM samples the argmax of the logits the processor returns for a request
+    with these SamplingParams: greedy (temperature below vLLM's 1e-5) and none of what its
+    sampler applies after a non-argmax-invariant processor (penalties, a thinking budget),
+    and no logprobs (a `processed_*` logprobs mode would show the row as returned)."""
+
+    def value(name: str, default: Any) -> Any:
+        found = getattr(params, name, default)
+        return default if found is None else found
+
+    return (
+        isinstance(value("temperature", 1.0), (int, float))
+        and value("temperature", 1.0) < 1e-5
+        and value("repetition_penalty", 1.0) == 1.0
+        and value("presence_penalty", 0.0) == 0.0
+        and value("frequency_penalty", 0.0) == 0.0
+        and getattr(params, "thinking_token_budget", None) is None
+        and getattr(params, "logprobs", None) is None
+    )
+
+
+def word_bit(j: int) -> int:
+    """Bit j of an int32 word (bit 31 is the sign bit)."""
+    return (1 << j) - (1 << 32) if j == 31 else 1 << j
 
 
 def parallel_fill_default() -> bool:

@@ -84,6 +84,9 @@ class Row:
     kept: KeptPlan | None = None  # the plan in use (budget.py)
     kept_reused: bool = False  # this step's plan is the kept one, made at an earlier state
     forced: list[int] = field(default_factory=list)  # the grammar's forced tokens from here, the next one first
+    # vLLM takes the argmax of the logits the processor returns (a greedy request that nothing
+    # after the processor changes): a step where the grammar admits that argmax needs no mask
+    argmax_sampled: bool = False
 
     def remaining(self) -> int | None:
         return None if self.max_tokens is None else self.max_tokens - len(self.output)

@@ -7,11 +7,13 @@ timings (`processor.STEP_TIMINGS`) are out of a benchmark's reach. With the envi
 variable `CALLGATE_MASK_TIMINGS=/path/file` set for the server (the engine process inherits
 it), every ConstrainedBatch appends one line per masked step:
 
-    <elapsed_ns> <constrained_rows> <budget_ns> <at_ns>\\n
+    <elapsed_ns> <constrained_rows> <budget_ns> <at_ns> <passed_rows>\\n
 
-(host time of the whole `apply`, rows masked, the part spent in budget closing, and
+(host time of the whole `apply`, rows constrained, the part spent in budget closing,
 `time.monotonic_ns()` when it was recorded: CLOCK_MONOTONIC, one clock for every process
-on the machine, so a reader can tell which steps fell inside a window it timed), in
+on the machine, so a reader can tell which steps fell inside a window it timed, and the
+rows that took their argmax unmasked, greedy rows whose grammar admitted it; a four-field
+line, from before that field, reads as passed -1), in
 blocks of `flush_every` lines or after `flush_after_s` seconds (checked at each record),
 each block in one `write` on a file opened for appending, so the lines of several engine
 processes do not interleave. The block still buffered is written at `close()` and when the
@@ -40,6 +42,7 @@ class StepRecord:
     rows: int
     budget_ns: int
     at_ns: int = 0
+    passed: int = -1  # rows left unmasked, their argmax admitted (-1: a log from before this field)
 
 
 class StepLog:
@@ -65,10 +68,10 @@ class StepLog:
         path = (os.environ if environ is None else environ).get(ENV_VAR, "")
         return cls(path) if path else None
 
-    def record(self, elapsed_ns: int, rows: int, budget_ns: int, at_ns: int | None = None) -> None:
+    def record(self, elapsed_ns: int, rows: int, budget_ns: int, at_ns: int | None = None, passed: int = 0) -> None:
         """Buffer one step (`at_ns`: now when not given)."""
         at = time.monotonic_ns() if at_ns is None else at_ns
-        self.pending.append(f"{elapsed_ns} {rows} {budget_ns} {at}\n")
+        self.pending.append(f"{elapsed_ns} {rows} {budget_ns} {at} {passed}\n")
         if len(self.pending) >= self.flush_every or time.monotonic() - self.flushed_s >= self.flush_after_s:
             self.flush()
 
@@ -107,6 +110,6 @@ def read_step_log(path: str | os.PathLike[str]) -> list[StepRecord]:
     records = []
     for line in text.splitlines(keepends=True):
         fields = line.split()
-        if line.endswith("\n") and len(fields) == 4 and all(f.isdigit() for f in fields):
+        if line.endswith("\n") and len(fields) in (4, 5) and all(f.isdigit() for f in fields):
             records.append(StepRecord(*(int(f) for f in fields)))
     return records
