@@ -42,10 +42,11 @@ def ends(m: Any, tokens: list[int]) -> bool:
 
 def check_plan(batch: ByteBatch, row: Row) -> bool | None:
     """The row's plan ends the grammar on its twin and on its matcher; whether it was kept
-    (None: the row plans no more, it follows a committed plan or is past its grammar's end)."""
+    (None: the row plans no more, it follows a committed plan or is past its grammar's end,
+    or it was not looked at this step)."""
     kept = row.kept
-    if kept is None or row.plan is not None:
-        return None
+    if kept is None or row.plan is not None or row.checked_at != len(row.output):
+        return None  # (not looked at this step: a free row far from its budget)
     twin = batch.closing._twins[row.spec.key].deep_copy()
     assert twin.try_consume_tokens(list(row.text)) == len(row.text)
     assert ends(twin, list(kept.data)), (bytes(row.text), kept.data)
@@ -109,3 +110,33 @@ def test_a_grammar_s_twin_and_start_plan_are_made_once() -> None:
     second = batch.rows[1]
     assert second.kept_reused and second.kept == batch.closing._start_plans[spec["key"]]
     assert len(batch.closing._twins) == 1 and second.twin is not first.twin
+
+
+@pytest.mark.parametrize("fmt", ["hermes", "qwen3-xml"])
+def test_a_free_row_far_from_its_budget_is_looked_at_only_now_and_then(fmt: str) -> None:
+    """While one margin per token could not bring the plan to the budget, the row is not
+    looked at: far fewer plans than steps, and the call still closes within max_tokens."""
+    spec = of(constraints.build(fmt, FILES, "required", True, None, V))
+    batch = ByteBatch(None, "cpu", False)
+    out: list[int] = []
+    batch.update_state(Update(added=[(0, params(spec, 500), None, out)]))
+    g = torch.Generator().manual_seed(5)
+    bias = torch.zeros(WIDTH)
+    bias[ord("a") : ord("z") + 1] = 3.0  # a long string value: the plan stays as it is
+    free = looked = 0
+    for _ in range(500):
+        logits = torch.randn(1, WIDTH, generator=g) + bias
+        logits[0, EOS] -= 3
+        batch.apply(logits)
+        row = batch.rows[0]
+        if row.plan is None and not row.matcher.is_accepting():
+            free += 1
+            looked += row.checked_at == len(out)
+        t = int(torch.argmax(logits[0]))
+        if t == EOS:
+            break
+        out.append(t)
+    assert free > 300 and looked < free / 2, (free, looked)
+    assert len(out) <= 500 and batch.rows[0].plan is not None  # closed by its plan
+    result = parse(fmt, bytes(out).decode() + get_format(fmt).eos, FILES)
+    assert result.diagnostics == () and result.candidates, bytes(out)

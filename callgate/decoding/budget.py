@@ -11,7 +11,8 @@ from the start are made once and copied. Once the tokens left no longer exceed t
 tokens plus EOS plus a margin (`SLACK` or two of the format's longest closer, or two more
 than the most one free token has added to this row's plan), it follows the plan, token by
 token, then EOS, and marks its request (the server flags the call it cut `truncated` and
-answers `finish_reason: "length"`). Once a whole call is written and
+answers `finish_reason: "length"`). A free row far from that point is looked at again only
+where, one margin per token, it could reach it (`_quiet_steps`). Once a whole call is written and
 the tokens left could not hold another one, the row ends (EOS) instead of starting a call it
 would have to cut short.
 Does not know: vLLM, HTTP, schemas; formats beyond the closers a grammar key names.
@@ -96,13 +97,18 @@ class BudgetClosing:
                 return None
             # a whole call is written: end here; else (auto, text so far) start no call
             return eos if row.spec.needs_call or row.called else NO_CALL
-        last = None if row.kept is None else len(row.kept.tokens)  # the plan at the last step
+        if len(row.output) < row.check_at:  # far from the budget: next looked at there
+            return None
+        last = None if row.kept is None else len(row.kept.tokens)  # the plan at the last check
         plan = self._plan(row)
         if plan is None:
             return None
-        if last is not None:  # what the last free token added to the plan
-            row.growth = max(row.growth, len(plan) - last + 1)
+        steps = max(1, len(row.output) - row.checked_at)
+        row.checked_at = len(row.output)
+        if last is not None:  # what a free token added to the plan since (each wrote one)
+            row.growth = max(row.growth, -(-(len(plan) - last + steps) // steps))
         if self._free(row, plan, left, cost):
+            row.check_at = len(row.output) + 1 + self._quiet_steps(row, plan, left, cost)
             return None
         if row.kept_reused:  # commit on the shorter of the kept plan and one made here
             kept = row.kept
@@ -112,6 +118,7 @@ class BudgetClosing:
             else:
                 plan = fresh
             if self._free(row, plan, left, cost):
+                row.check_at = len(row.output) + 1 + self._quiet_steps(row, plan, left, cost)
                 return None
         ended = self._ends_a_call(row, plan)
         row.plan, row.plan_at = list(plan), len(row.output)  # committed: a plan re-made mid-marker would lose its way
@@ -134,6 +141,18 @@ class BudgetClosing:
         """What one free token may add to the row's plan: the format's least margin, or two
         more than the most one has added so far."""
         return max(self._markup_margin(row.spec.key.partition(":")[0]), row.growth + 2)
+
+    def _quiet_steps(self, row: Row, plan: list[int], left: int, cost: int | None) -> int:
+        """Steps a free row may take before it is looked at again, on the margin's own
+        premise (a free token adds at most `margin` tokens to the plan): k steps on,
+        `_free` would still hold — the budget, k smaller, still holds the plan, k margins
+        longer, EOS and a margin; and room for another call where it held now (where only
+        the markup after a whole call let the row go on, it is looked at every step)."""
+        margin = self._margin(row)
+        quiet = (left - len(plan) - 2 - margin) // (margin + 1)
+        if cost is not None:
+            quiet = min(quiet, (left - cost - len(plan) - 2) // (margin + 1))
+        return max(0, quiet)
 
     def _markup_margin(self, format: str) -> int:
         """The least margin for `format`: SLACK, or two of its longest closer (in tokens) and

@@ -81,6 +81,8 @@ class Row:
     plan: list[int] | None = None  # tokens to follow to the end of the grammar, the next one first
     plan_at: int = 0  # output tokens written when `plan` was last brought up to date
     growth: int = 0  # the most one free token has added to the plan
+    checked_at: int = 0  # output tokens when budget closing last made or checked a plan
+    check_at: int = 0  # output tokens from which it looks again (a free row far from its budget)
     kept: KeptPlan | None = None  # the plan in use (budget.py)
     kept_reused: bool = False  # this step's plan is the kept one, made at an earlier state
     forced: list[int] = field(default_factory=list)  # the grammar's forced tokens from here, the next one first
