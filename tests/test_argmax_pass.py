@@ -9,6 +9,7 @@ budget closing and the forced runs reach.
 
 from __future__ import annotations
 
+import ctypes
 import random
 from types import SimpleNamespace
 from typing import Any
@@ -54,6 +55,25 @@ def test_the_c_argmax_is_torchs(width: int) -> None:
     logits[4, width // 3] = float("inf")
     rows = [5, 0, 1, 2, 3, 4]
     assert c_argmax(logits, rows) == [int(torch.argmax(logits[r])) for r in rows]
+
+
+@needs_kernel
+def test_the_portable_loop_is_torchs_too() -> None:
+    """The library built without -march=native (no AVX-512 path) answers the same."""
+    from callgate.kernels.native import compile_library
+
+    fn = compile_library("argmax-portable", argmax._SOURCE, (("-O3", "-std=c99", "-fPIC", "-shared"),))
+    fn = fn.callgate_argmax_f32
+    ptr, i64 = ctypes.c_void_p, ctypes.c_int64
+    fn.argtypes, fn.restype = (ptr, i64, ptr, i64, i64, ptr), None
+    logits = torch.randn(4, 3001, generator=torch.Generator().manual_seed(1))
+    logits[1] = float("-inf")
+    logits[2, 7] = logits[2, 3000] = 50.0
+    logits[3, 99] = float("nan")
+    out = numpy.zeros(4, dtype=numpy.int64)
+    rows = numpy.arange(4, dtype=numpy.int64)
+    fn(logits.data_ptr(), logits.stride(0), rows.ctypes.data, 4, logits.shape[1], out.ctypes.data)
+    assert out.tolist() == [int(torch.argmax(logits[0])), 0, 7, -1]
 
 
 @needs_kernel
