@@ -17,10 +17,12 @@ processors get the same logits each step; the argmax after masking must be the s
 token for both (checked: a mask that refused a valid token would show here). Steps =
 the shortest script, so no row ends mid-run (outlines' processor cannot take new rows).
 
-callgate runs three times: masks filled one row after another (`seq`, its default on a
-machine with fewer than 8 cores), on llguidance's thread pool (`par`), and one after another
-with budget closing on at max_tokens 128 (`close`: every step is in the rows' closing
-window, the serving default's worst case; outlines has no budget closing).
+callgate runs four times: masks filled one row after another (`seq`, its default on a
+machine with fewer than 8 cores, the rows sampled: every row is masked), on llguidance's
+thread pool (`par`), one after another with budget closing on at max_tokens 128 (`close`:
+every step is in the rows' closing window, the serving default's worst case; outlines has
+no budget closing), and with the rows greedy (`greedy`, temperature 0: a row whose argmax
+the grammar admits, here every row at every step, is left unmasked).
 Reported per cell: p50 / p99 step time and p50 per row for each processor; for callgate
 the share of its kernel (`callgate.kernels.apply_token_bitmask` timed alone on the same
 logits and masks) and so the fill share; the first step of each (outlines builds one
@@ -108,8 +110,11 @@ def run_cell(vocab: Any, tok: Any, mode: str, batch: int, tools: list[Any]) -> d
     params = SimpleNamespace(extra_args={"callgate": ref}, max_tokens=None)
     # budget closing on: max_tokens 128 puts every step in the rows' closing window
     closing = SimpleNamespace(extra_args={"callgate": {**ref, "budget_closing": True}}, max_tokens=CLOSING_BUDGET)
+    # greedy (temperature 0): a row whose argmax the grammar admits is left unmasked
+    greedy = SimpleNamespace(extra_args={"callgate": ref}, max_tokens=None, temperature=0.0)
     ours = {}
-    for label, parallel, p in (("seq", False, params), ("par", True, params), ("close", False, closing)):
+    labels = (("seq", False, params), ("par", True, params), ("close", False, closing), ("greedy", False, greedy))
+    for label, parallel, p in labels:
         proc = _Fixed(vocab.llg)
         proc.parallel_fill = parallel
         proc.update_state(_update([(i, p, None, outputs[i]) for i in range(batch)]))
@@ -118,7 +123,7 @@ def run_cell(vocab: Any, tok: Any, mode: str, batch: int, tools: list[Any]) -> d
     ids = torch.zeros(batch, 1, dtype=torch.long)
 
     gen = torch.Generator().manual_seed(SEED)
-    times: dict[str, list[int]] = {"seq": [], "par": [], "close": [], "outlines": [], "kernel": []}
+    times: dict[str, list[int]] = {"seq": [], "par": [], "close": [], "greedy": [], "outlines": [], "kernel": []}
     agree = True
     for step in range(steps):
         logits = torch.randn(batch, width, generator=gen)
@@ -172,6 +177,7 @@ def summarise(vocab: str, mode: str, batch: int, runs: list[dict[str, Any]]) -> 
         "closing_p50_step_us": round(p("close", 50), 1),
         "closing_p99_step_us": round(p("close", 99), 1),
         "closing_p50_row_us": round(p("close", 50) / batch, 1),
+        "greedy_p50_row_us": round(p("greedy", 50) / batch, 1),
         "parallel_p50_step_us": round(par, 1),
         "parallel_over_seq": round(par / seq, 2) if seq else 0.0,
         "outlines_p50_step_us": round(theirs, 1),
@@ -192,6 +198,7 @@ COLUMNS = (
     ("callgate_p50_row_us", 9),
     ("kernel_share", 7),
     ("closing_p50_row_us", 9),
+    ("greedy_p50_row_us", 9),
     ("parallel_over_seq", 8),
     ("outlines_p50_step_us", 10),
     ("outlines_p50_row_us", 9),
@@ -211,7 +218,8 @@ def print_table(rows: list[dict[str, Any]]) -> None:
 
 def chart(rows: list[dict[str, Any]], path: Path) -> None:
     """p50 µs per row and step, per cell: callgate (sequential fill, its kernel's share
-    hatched), callgate on llguidance's pool, outlines' processor."""
+    hatched), with budget closing, with greedy rows, on llguidance's pool; outlines'
+    processor."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -224,18 +232,20 @@ def chart(rows: list[dict[str, Any]], path: Path) -> None:
     par = [r["parallel_p50_step_us"] / r["batch"] for r in rows]
     theirs = [r["outlines_p50_row_us"] for r in rows]
     closing = [r["closing_p50_row_us"] for r in rows]
-    w = 0.2
-    ax.bar([i - 1.5 * w for i in x], seq, w, label="callgate (rows in turn)", color="C0")
-    ax.bar([i - 1.5 * w for i in x], kernel, w, label="  of which callgate's kernel", color="none", hatch="//")
+    greedy = [r["greedy_p50_row_us"] for r in rows]
+    w = 0.16
+    ax.bar([i - 2 * w for i in x], seq, w, label="callgate (rows in turn)", color="C0")
+    ax.bar([i - 2 * w for i in x], kernel, w, label="  of which callgate's kernel", color="none", hatch="//")
     ax.bar(
-        [i - 0.5 * w for i in x],
+        [i - w for i in x],
         closing,
         w,
         label=f"callgate, budget closing on (max_tokens {CLOSING_BUDGET})",
         color="C2",
     )
-    ax.bar([i + 0.5 * w for i in x], par, w, label="callgate (llguidance's pool)", color="C9")
-    ax.bar([i + 1.5 * w for i in x], theirs, w, label="outlines LLGuidanceLogitsProcessor", color="C3")
+    ax.bar(list(x), greedy, w, label="callgate, greedy rows (argmax admitted: unmasked)", color="C1")
+    ax.bar([i + w for i in x], par, w, label="callgate (llguidance's pool)", color="C9")
+    ax.bar([i + 2 * w for i in x], theirs, w, label="outlines LLGuidanceLogitsProcessor", color="C3")
     ax.set_xticks(list(x), [f"{r['vocab']}\n{r['mode']}\nbatch {r['batch']}" for r in rows], fontsize=7)
     ax.set_ylabel("µs per row and step (p50)")
     ax.set_yscale("log")

@@ -24,6 +24,13 @@ callgate.templates and generated greedily by the real engine (VllmEngine) in the
   the generated tokens walk an xgrammar GrammarMatcher here, timing
   `fill_next_token_bitmask` per token (vLLM's engine keeps no per-token timing).
 
+A format's configurations run interleaved (`--no-interleave`: one after another): one chunk
+of `--batch` cases of each in turn, the order turning by one each round, so that each
+configuration and its unconstrained baseline decode in the same minutes of a shared
+machine whose speed drifts by several per cent within a run (vLLM's own `auto`, almost
+unmasked, once read 0.86 of a baseline run ten minutes before it); every configuration
+still runs its own chunks in case order.
+
 Every output is parsed by callgate.parsers (the strict parser) and each candidate's
 arguments validated against its tool's schema (jsonschema). Metrics per configuration:
 parse-error rate over ALL outputs (a call block cut by `max_tokens` is a parse error) and
@@ -36,7 +43,7 @@ configuration whose outputs are shorter weighs its prompts' prefill more), full-
 tok/s (`full_batch_window`: tokens per second while every request of a chunk was
 decoding, the same chunks in every configuration, so the cost of masking at one batch
 size), grammar compile p50/p99, and per-token mask time p50/p99 (callgate: the engine process's
-step log, the steps stamped inside the configuration's run, read once the engine stopped,
+step log, the steps stamped inside the configuration's chunks, read once the engine stopped,
 see `EngineMaskLog`, also without its budget-closing part; vllm: replayed). A
 case callgate or vLLM refuses, or a request the engine fails, is counted and its first
 reason printed under the row. A warm-up (two hermes `required` cases per system) runs
@@ -245,23 +252,22 @@ class EngineMaskLog:
     def now() -> int:
         return time.monotonic_ns()
 
-    def token_us(self, window: tuple[int, int], *, budget: bool = True) -> list[float]:
-        """Per-token times (step time / rows) of the steps stamped inside `window`;
+    def token_us(self, windows: Sequence[tuple[int, int]], *, budget: bool = True) -> list[float]:
+        """Per-token times (step time / rows) of the steps stamped inside `windows`;
         without the budget-closing part when not `budget`."""
-        return [(r.elapsed_ns - (0 if budget else r.budget_ns)) / r.rows / 1e3 for r in self.steps(window)]
+        return [(r.elapsed_ns - (0 if budget else r.budget_ns)) / r.rows / 1e3 for r in self.steps(windows)]
 
-    def passed_share(self, window: tuple[int, int]) -> float | None:
-        """Of the rows constrained in `window`'s steps, the share that took their argmax
-        unmasked (greedy, admitted); None where the log does not say."""
-        steps = [r for r in self.steps(window) if r.passed >= 0]
+    def passed_share(self, windows: Sequence[tuple[int, int]]) -> float | None:
+        """Of the rows constrained in the steps inside `windows`, the share that took their
+        argmax unmasked (greedy, admitted); None where the log does not say."""
+        steps = [r for r in self.steps(windows) if r.passed >= 0]
         rows = sum(r.rows for r in steps)
         return round(sum(r.passed for r in steps) / rows, 4) if rows else None
 
-    def steps(self, window: tuple[int, int]) -> list[Any]:
+    def steps(self, windows: Sequence[tuple[int, int]]) -> list[Any]:
         from callgate.decoding.step_log import read_step_log
 
-        lo, hi = window
-        return [r for r in read_step_log(self.path) if r.rows and lo <= r.at_ns <= hi]
+        return [r for r in read_step_log(self.path) if r.rows and any(lo <= r.at_ns <= hi for lo, hi in windows)]
 
 
 # ---- one configuration ---------------------------------------------------------------------
@@ -331,58 +337,80 @@ def prepare(
 
 
 async def run_config(engine: Any, ctx: Context, res: ConfigResult, cases: Sequence[Case], batch: int) -> ConfigResult:
-    """Run every case of one configuration in chunks of `batch` requests that run (a case
-    refused with a 400 leaves its place to the next, so that every configuration decodes
-    full batches: a chunk thinned by refusals would decode slower whatever its mask costs);
-    grammars of a chunk are built before it runs, mask replays (vllm) after its decode time
-    is taken."""
+    """Run every case of one configuration, chunk after chunk (see `run_chunk`)."""
+    pending = [c for c in cases if runs(res.mode, c)]
+    while pending:
+        await run_chunk(engine, ctx, res, pending, batch)
+    return res
+
+
+async def run_interleaved(
+    engine: Any, ctx: Context, results: Sequence[ConfigResult], cases: Sequence[Case], batch: int
+) -> None:
+    """Run configurations of one format chunk by chunk in turn (one chunk of each, then the
+    next of each): every configuration decodes in the same minutes as its baseline, so a
+    machine that speeds up or slows down over a run (shared, 2 cores) moves them alike.
+    The first of a round prefills its prompts, the others find them in vLLM's prefix cache
+    (the same prompts): the round's order turns by one each time, so that no configuration
+    is always first (this moves wall tok/s; the full-batch window starts after prefill)."""
+    queues = [(res, [c for c in cases if runs(res.mode, c)]) for res in results]
+    turn = 0
+    while any(pending for _, pending in queues):
+        for k in range(len(queues)):
+            res, pending = queues[(turn + k) % len(queues)]
+            if pending:
+                await run_chunk(engine, ctx, res, pending, batch)
+        turn += 1
+
+
+async def run_chunk(engine: Any, ctx: Context, res: ConfigResult, pending: list[Case], batch: int) -> None:
+    """Run the next chunk of `batch` requests of one configuration from `pending` (taken
+    off it): a case refused with a 400 leaves its place to the next, so that every
+    configuration decodes full batches (a chunk thinned by refusals would decode slower
+    whatever its mask costs); the chunk's grammars are built before it runs, mask replays
+    (vllm) after its decode time is taken."""
     from callgate import constraints
     from callgate.errors import InvalidRequestError, SchemaTooComplexError
 
     began_ns = ctx.mask_log.now()
-    pending = [c for c in cases if runs(res.mode, c)]
-    while pending:
-        jobs: list[Job] = []
-        constraints.CACHE.clear()  # bounded memory: one chunk of grammars at a time
-        while pending and len(jobs) < batch:
-            case = pending.pop(0)
-            try:
-                job, seconds = prepare(res.format, res.system, res.mode, case, ctx.vocab, ctx.xg, res.max_tokens)
-            except (SchemaTooComplexError, InvalidRequestError) as e:
-                res.outcomes.append(Outcome(case.id, None, (), 0, 0, False, 0, refused=e.message))
-                continue
-            except Exception as e:  # the baseline's own refusal is a result, reported in the table
-                res.outcomes.append(
-                    Outcome(case.id, None, (), 0, 0, False, 0, refused=f"{type(e).__name__}: {e}"[:300])
-                )
-                continue
-            if seconds is not None:
-                res.compile_s.append(seconds)
-            jobs.append(job)
-        if not jobs:
+    jobs: list[Job] = []
+    constraints.CACHE.clear()  # bounded memory: one chunk of grammars at a time
+    while pending and len(jobs) < batch:
+        case = pending.pop(0)
+        try:
+            job, seconds = prepare(res.format, res.system, res.mode, case, ctx.vocab, ctx.xg, res.max_tokens)
+        except (SchemaTooComplexError, InvalidRequestError) as e:
+            res.outcomes.append(Outcome(case.id, None, (), 0, 0, False, 0, refused=e.message))
             continue
-        began = time.perf_counter()
-        outs = await asyncio.gather(*(generate(engine, res.format, j.case, j, res.max_tokens) for j in jobs))
-        res.decode_wall_s += time.perf_counter() - began
-        window_tokens, window_s = full_batch_window([stamps for _, _, stamps in outs])
-        res.full_batch_tokens += window_tokens
-        res.full_batch_s += window_s
-        for job, (outcome, ids, _) in zip(jobs, outs, strict=True):
-            res.outcomes.append(outcome)
-            if job.compiled is not None:
-                res.mask_token_us.extend(ctx.xg.replay_us(job.compiled, ids))
-    res.window_ns = (began_ns, ctx.mask_log.now())
+        except Exception as e:  # the baseline's own refusal is a result, reported in the table
+            res.outcomes.append(Outcome(case.id, None, (), 0, 0, False, 0, refused=f"{type(e).__name__}: {e}"[:300]))
+            continue
+        if seconds is not None:
+            res.compile_s.append(seconds)
+        jobs.append(job)
+    if not jobs:
+        return
+    began = time.perf_counter()
+    outs = await asyncio.gather(*(generate(engine, res.format, j.case, j, res.max_tokens) for j in jobs))
+    res.decode_wall_s += time.perf_counter() - began
+    window_tokens, window_s = full_batch_window([stamps for _, _, stamps in outs])
+    res.full_batch_tokens += window_tokens
+    res.full_batch_s += window_s
+    res.windows_ns.append((began_ns, ctx.mask_log.now()))
+    for job, (outcome, ids, _) in zip(jobs, outs, strict=True):
+        res.outcomes.append(outcome)
+        if job.compiled is not None:
+            res.mask_token_us.extend(ctx.xg.replay_us(job.compiled, ids))
     if res.system == "vllm":
         res.mask_source = "replay"
-    return res
 
 
 def read_engine_masks(res: ConfigResult, log: EngineMaskLog) -> None:
     """callgate's per-token mask times of one configuration (after the engine stopped)."""
     if res.system == "callgate" and res.mode != "unconstrained":
-        res.mask_token_us = log.token_us(res.window_ns)
-        res.mask_token_us_no_budget = log.token_us(res.window_ns, budget=False)
-        res.mask_passed_share = log.passed_share(res.window_ns)
+        res.mask_token_us = log.token_us(res.windows_ns)
+        res.mask_token_us_no_budget = log.token_us(res.windows_ns, budget=False)
+        res.mask_passed_share = log.passed_share(res.windows_ns)
         res.mask_source = "engine" if res.mask_token_us else "none"
 
 
@@ -460,13 +488,21 @@ async def main_async(args: Any) -> list[dict[str, Any]]:
         warm = args.formats.split(",")[0]
         for system in ("callgate", "vllm"):  # warm-up, not reported
             await run_config(engine, ctx, ConfigResult(warm, system, "required", args.max_tokens), cases[:2], 2)
-        for fmt, system, mode in configurations(args):
-            config = ConfigResult(fmt, system, mode, args.max_tokens, vocab_size=tok.vocab_size)
-            result = await run_config(engine, ctx, config, cases, args.batch)
-            results.append(result)
-            print(json.dumps(summarise(result)), file=sys.stderr, flush=True)  # progress; mask times come last
-            if args.dump:
-                dump(result, Path(args.dump))
+        for fmt in args.formats.split(","):
+            configs = [
+                ConfigResult(f, system, mode, args.max_tokens, vocab_size=tok.vocab_size)
+                for f, system, mode in configurations(args)
+                if f == fmt
+            ]
+            if args.interleave:
+                await run_interleaved(engine, ctx, configs, cases, args.batch)
+            for result in configs:
+                if not args.interleave:
+                    await run_config(engine, ctx, result, cases, args.batch)
+                results.append(result)
+                print(json.dumps(summarise(result)), file=sys.stderr, flush=True)  # progress; mask times come last
+                if args.dump:
+                    dump(result, Path(args.dump))
     finally:
         await engine.shutdown()
     flush_all()  # an in-process engine's last steps are still buffered here
@@ -495,6 +531,12 @@ def main() -> None:
     parser.add_argument("--cache", default="~/.cache/callgate/bfcl")
     parser.add_argument("--mask-log", default=f"/tmp/callgate-bench-mask-{os.getpid()}.log")
     parser.add_argument("--dump", default="", help="append every output to this JSON-lines file")
+    parser.add_argument(
+        "--interleave",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="run a format's configurations chunk by chunk in turn (default), or one after another",
+    )
     parser.add_argument("--chart-from", default="", help="comma-separated JSON outputs of earlier runs")
     parser.add_argument("--chart", default="", help="draw this run's chart here (PNG)")
     args = parser.parse_args()

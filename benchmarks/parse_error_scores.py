@@ -57,7 +57,7 @@ class ConfigResult:
     mask_token_us: list[float] = field(default_factory=list)
     mask_source: str = "none"
     mask_token_us_no_budget: list[float] = field(default_factory=list)  # engine only
-    window_ns: tuple[int, int] = (0, 0)  # CLOCK_MONOTONIC while it ran (engine step log)
+    windows_ns: list[tuple[int, int]] = field(default_factory=list)  # CLOCK_MONOTONIC of each chunk's run
     full_batch_tokens: int = 0  # see full_batch_window
     full_batch_s: float = 0.0
     mask_passed_share: float | None = None  # engine only: rows that took their argmax unmasked
@@ -207,7 +207,7 @@ def summarise(r: ConfigResult) -> dict[str, Any]:
         "mask_us_mean": round(sum(r.mask_token_us) / len(r.mask_token_us), 1) if masked and r.mask_token_us else None,
         "mask_passed_share": r.mask_passed_share,
         "vocab_size": r.vocab_size,
-        "window_ns": list(r.window_ns),  # CLOCK_MONOTONIC while it ran: its steps in the engine's step log
+        "windows_ns": [list(w) for w in r.windows_ns],  # CLOCK_MONOTONIC of its chunks: its steps in the step log
         "diagnostic_codes": dict(Counter(c for o in every for c in set(o.diagnostics)).most_common()),
         "first_refusal": next((o.refused or o.error for o in r.outcomes if not o.ran), None),
     }

@@ -23,4 +23,5 @@ def test_both_processors_follow_the_scripted_calls(capsys: pytest.CaptureFixture
         assert row["masks_agree"] is True
         assert row["steps"] > 20 and row["callgate_p50_step_us"] > 0 and row["outlines_p50_step_us"] > 0
         assert row["closing_p50_step_us"] > 0  # budget closing on, and the script still went through
+        assert row["greedy_p50_row_us"] > 0  # greedy rows (left unmasked), the script still went through
         assert 0 < row["kernel_share"] <= 1

@@ -137,10 +137,29 @@ def test_engine_mask_log_reads_the_steps_inside_a_window(tmp_path: Path, monkeyp
     log = bench.EngineMaskLog(path)
     assert bench.os.environ[ENV_VAR] == str(path)
     assert log.now() <= log.now()
-    path.write_text("4000 2 0 100\n9000 0 0 150\n30000 3 1000 200\n50000 1 0 300\n60000 2 0 400\n7")
-    assert log.token_us((200, 300)) == [10.0, 50.0]  # before, after and torn lines left out
-    assert log.token_us((200, 300), budget=False) == [29000 / 3 / 1e3, 50.0]
-    assert log.token_us((500, 600)) == []
+    path.write_text("4000 2 0 100 1\n9000 0 0 150\n30000 3 1000 200 3\n50000 1 0 300 0\n60000 2 0 400 2\n7")
+    assert log.token_us([(200, 300)]) == [10.0, 50.0]  # before, after and torn lines left out
+    assert log.token_us([(200, 300)], budget=False) == [29000 / 3 / 1e3, 50.0]
+    assert log.token_us([(500, 600)]) == []
+    assert log.token_us([(50, 120), (390, 410)]) == [2.0, 30.0]  # a configuration's chunks
+    assert log.passed_share([(200, 300)]) == 0.75 and log.passed_share([(500, 600)]) is None
+
+
+def test_interleaved_configurations_take_one_chunk_each_in_turning_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    ran: list[tuple[str, list[str]]] = []
+
+    async def chunk(engine: Any, ctx: Any, res: Any, pending: list[Any], batch: int) -> None:
+        taken = [pending.pop(0).id for _ in range(min(batch, len(pending)))]
+        ran.append((res.mode, taken))
+
+    monkeypatch.setattr(bench, "run_chunk", chunk)
+    cases = [bench.Case(f"c{i}", (), (), frozenset({"f"}), "f") for i in range(5)]
+    configs = [bench.ConfigResult("hermes", "callgate", m, 128) for m in ("unconstrained", "required", "named")]
+    bench.asyncio.run(bench.run_interleaved(None, None, configs, cases, 2))
+    u, r, n = "unconstrained", "required", "named"
+    assert [mode for mode, _ in ran] == [u, r, n, r, n, u, n, u, r]  # three rounds, each turned by one
+    for mode in ("unconstrained", "required", "named"):  # each its own cases, in order
+        assert [c for m, taken in ran if m == mode for c in taken] == [f"c{i}" for i in range(5)]
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")  # vLLM's OpenAI entrypoints import torch.jit
