@@ -257,6 +257,30 @@ class EngineMaskLog:
         without the budget-closing part when not `budget`."""
         return [(r.elapsed_ns - (0 if budget else r.budget_ns)) / r.rows / 1e3 for r in self.steps(windows)]
 
+    def fill_kernel_us(self, windows: Sequence[tuple[int, int]]) -> list[float]:
+        """Per-token time of the mask itself in each step (llguidance's fill and forced
+        tokens, the greedy rows' argmax check, callgate's kernel: the step without feeding
+        tokens to the matchers, budget closing and the loop around them); none from a log
+        written before the step's parts were."""
+        return [(r.fill_ns + r.check_ns + r.kernel_ns) / r.rows / 1e3 for r in self.steps(windows) if r.fill_ns >= 0]
+
+    def part_shares(self, windows: Sequence[tuple[int, int]]) -> dict[str, float] | None:
+        """Per-token mean µs of each part of the steps inside `windows` (advance, closing,
+        fill, check, kernel and the loop around them); None from a log without parts."""
+        steps = [r for r in self.steps(windows) if r.fill_ns >= 0]
+        rows = sum(r.rows for r in steps)
+        if not rows:
+            return None
+        sums = {
+            "advance": sum(r.advance_ns for r in steps),
+            "closing": sum(r.budget_ns for r in steps),
+            "fill": sum(r.fill_ns for r in steps),
+            "check": sum(r.check_ns for r in steps),
+            "kernel": sum(r.kernel_ns for r in steps),
+        }
+        sums["loop"] = max(0, sum(r.elapsed_ns for r in steps) - sum(sums.values()))
+        return {k: round(v / rows / 1e3, 1) for k, v in sums.items()}
+
     def passed_share(self, windows: Sequence[tuple[int, int]]) -> float | None:
         """Of the rows constrained in the steps inside `windows`, the share that took their
         argmax unmasked (greedy, admitted); None where the log does not say."""
@@ -411,6 +435,8 @@ def read_engine_masks(res: ConfigResult, log: EngineMaskLog) -> None:
         res.mask_token_us = log.token_us(res.windows_ns)
         res.mask_token_us_no_budget = log.token_us(res.windows_ns, budget=False)
         res.mask_passed_share = log.passed_share(res.windows_ns)
+        res.mask_fill_kernel_us = log.fill_kernel_us(res.windows_ns)
+        res.mask_parts_us = log.part_shares(res.windows_ns)
         res.mask_source = "engine" if res.mask_token_us else "none"
 
 

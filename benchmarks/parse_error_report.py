@@ -35,7 +35,7 @@ def print_table(rows: Sequence[Mapping[str, Any]]) -> None:
         f"{'(EOS only)':>10} {'calls':>6} {'schema ok':>9} {'expected':>8} {'args ok':>7} {'as text':>7} "
         f"{'irr no-call':>11} {'tok/s':>7} {'/unc':>5} "
         f"{'batch tok/s':>11} {'/unc':>5} "
-        f"{'compile p50/p99 ms':>19} {'mask p50/p99 us':>16} {'mean':>6} {'pass':>6}"
+        f"{'compile p50/p99 ms':>19} {'mask p50/p99 us':>16} {'mean':>6} {'pass':>6} {'fill+kern p50':>13}"
     )
     print(head)
     print("-" * len(head))
@@ -54,8 +54,11 @@ def print_table(rows: Sequence[Mapping[str, Any]]) -> None:
             f"{_n(s.get('full_batch_tok_per_s')):>11} {'-' if batch_ratio is None else f'{batch_ratio:.2f}':>5} "
             f"{_n(s['compile_ms_p50']):>9}/{_n(s['compile_ms_p99']):<9} "
             f"{_n(s['mask_us_p50']):>7}/{_n(s['mask_us_p99']):<8} {_n(s.get('mask_us_mean')):>6} "
-            f"{_p(s.get('mask_passed_share')):>6}"
+            f"{_p(s.get('mask_passed_share')):>6} {_n(s.get('mask_fill_kernel_us_p50')):>13}"
         )
+        parts = s.get("mask_parts_us_mean")
+        if parts:
+            print(f"{'':<10} per token, mean us: " + ", ".join(f"{k} {v}" for k, v in parts.items()))
         if s["refused"] or s["errors"]:
             print(f"{'':<10} refused {s['refused']}, engine errors {s['errors']}: {s['first_refusal']}")
 

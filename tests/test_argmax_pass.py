@@ -181,3 +181,32 @@ def test_a_greedy_rows_nan_or_padded_argmax_is_masked() -> None:
     batch.apply(logits)
     assert batch.passed == 0
     assert allowed(logits[0]) == allowed(logits[1]) == admitted
+
+
+@needs_kernel
+def test_a_forced_greedy_row_passes_on_its_forced_token_and_is_masked_to_it_otherwise() -> None:
+    """Forced tokens are asked only of rows the argmax check leaves: a greedy row whose
+    argmax is the grammar's forced next byte passes without them; one whose argmax is
+    another byte is masked to the forced byte alone."""
+    from tests.test_decoding_processor import lark
+
+    spec = lark('"abc" /x+/', "forced-abc")
+    batch = ByteBatch(None, "cpu", False)
+    first: list[int] = []
+    second: list[int] = []
+    batch.update_state(
+        Update(
+            added=[(0, params(spec, temperature=0.0), None, first), (1, params(spec, temperature=0.0), None, second)]
+        )
+    )
+    for step, byte in enumerate(b"abc"):
+        logits = torch.zeros(2, WIDTH)
+        logits[0, byte] = 5.0  # row 0 wants the forced byte
+        logits[1, ord("z")] = 5.0  # row 1 wants a refused one
+        batch.apply(logits)
+        assert batch.passed == 1 and batch.filled == 0, step
+        assert batch.rows[0].forced == []  # never asked: its argmax passed
+        assert allowed(logits[1]) == {byte}
+        assert bool(torch.isfinite(logits[0]).all())  # left as it was
+        first.append(byte)
+        second.append(byte)

@@ -96,14 +96,15 @@ def test_targets_need_zero_errors_full_validity_and_speed() -> None:
         "ran": 5,
         "parse_error_rate": 0.0,
         "schema_valid_rate": 1.0,
-        "mask_us_p50": 20.0,
+        "mask_us_p50": 40.0,  # the whole step
+        "mask_fill_kernel_us_p50": 20.0,  # the mask: fill and kernel
     }
     rows = [
         {**base, "system": "callgate", "mode": "unconstrained", "tok_per_s": 100.0, "mask_us_p50": None}
         | {"full_batch_tok_per_s": 200.0},
         {**base, "system": "callgate", "mode": "required", "tok_per_s": 95.0, "full_batch_tok_per_s": 188.0},
         {**base, "system": "callgate", "mode": "named", "tok_per_s": 80.0, "parse_error_rate": 0.2}
-        | {"full_batch_tok_per_s": 192.0, "mask_us_p50": 45.0, "vocab_size": 151_936},
+        | {"full_batch_tok_per_s": 192.0, "mask_fill_kernel_us_p50": 45.0, "vocab_size": 151_936},
         {**base, "system": "vllm", "mode": "required", "tok_per_s": 10.0, "parse_error_rate": 1.0},
     ]
     t = bench.targets(rows)
@@ -111,7 +112,9 @@ def test_targets_need_zero_errors_full_validity_and_speed() -> None:
     assert not t["hermes_required_full_batch_tok_s_ge_95pct"]  # 0.94 of unconstrained at full batch
     assert t["hermes_required_mask_p50_le_30us"]  # no vocabulary size: the small one's target
     assert not t["hermes_named_zero_parse_errors"] and t["hermes_named_full_batch_tok_s_ge_95pct"]
+    assert not t["hermes_required_whole_step_p50_le_30us"]  # 40 us with advance, closing, loop
     assert t["hermes_named_mask_p50_le_60us"] and "hermes_named_mask_p50_le_30us" not in t
+    assert t["hermes_named_whole_step_p50_le_60us"]
     assert not any(k.startswith("hermes_unconstrained") for k in t)
 
 
@@ -143,6 +146,18 @@ def test_engine_mask_log_reads_the_steps_inside_a_window(tmp_path: Path, monkeyp
     assert log.token_us([(500, 600)]) == []
     assert log.token_us([(50, 120), (390, 410)]) == [2.0, 30.0]  # a configuration's chunks
     assert log.passed_share([(200, 300)]) == 0.75 and log.passed_share([(500, 600)]) is None
+    assert log.fill_kernel_us([(200, 300)]) == [] and log.part_shares([(200, 300)]) is None  # no parts
+    # with the step's parts: advance, fill, check, kernel (the loop is what is left)
+    path.write_text("30000 3 3000 200 3 6000 9000 3000 0\n20000 1 0 250 0 1000 4000 0 5000\n")
+    assert log.fill_kernel_us([(200, 300)]) == [4.0, 9.0]
+    assert log.part_shares([(200, 300)]) == {
+        "advance": 1.8,
+        "closing": 0.8,
+        "fill": 3.2,
+        "check": 0.8,
+        "kernel": 1.2,
+        "loop": 4.8,
+    }
 
 
 def test_interleaved_configurations_take_one_chunk_each_in_turning_order(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -15,21 +15,27 @@ from tests.test_decoding_processor import WIDTH, ByteBatch, Update, lark, params
 def test_records_round_trip_in_blocks(tmp_path: Path) -> None:
     path = tmp_path / "steps.log"
     log = StepLog(path, flush_every=3)
-    records = [StepRecord(1000 + i, i % 4, 7 * i, 10**12 + i, i % 3) for i in range(7)]
-    for r in records[:2]:
-        log.record(r.elapsed_ns, r.rows, r.budget_ns, r.at_ns, passed=r.passed)
+    records = [StepRecord(1000 + i, i % 4, 7 * i, 10**12 + i, i % 3, i, 2 * i, 3 * i, 4 * i) for i in range(7)]
+    parts = [(r.advance_ns, r.fill_ns, r.check_ns, r.kernel_ns) for r in records]
+    for r, p in zip(records[:2], parts[:2], strict=True):
+        log.record(r.elapsed_ns, r.rows, r.budget_ns, r.at_ns, passed=r.passed, parts=p)
     assert read_step_log(path) == []  # still buffered
-    for r in records[2:]:
-        log.record(r.elapsed_ns, r.rows, r.budget_ns, r.at_ns, passed=r.passed)
+    for r, p in zip(records[2:], parts[2:], strict=True):
+        log.record(r.elapsed_ns, r.rows, r.budget_ns, r.at_ns, passed=r.passed, parts=p)
     assert read_step_log(path) == records[:6]
     log.close()
     assert read_step_log(path) == records
 
 
-def test_a_log_from_before_the_passed_field_still_reads(tmp_path: Path) -> None:
+def test_a_log_from_before_the_passed_field_or_the_parts_still_reads(tmp_path: Path) -> None:
     path = tmp_path / "steps.log"
-    path.write_text("10 2 3 40\n11 2 0 41 1\n12 2\n")
-    assert read_step_log(path) == [StepRecord(10, 2, 3, 40, -1), StepRecord(11, 2, 0, 41, 1)]
+    path.write_text("10 2 3 40\n11 2 0 41 1\n12 2\n13 2 0 42 1 1 2 3\n14 2 0 43 1 1 2 3 4\n")
+    assert read_step_log(path) == [
+        StepRecord(10, 2, 3, 40, -1),
+        StepRecord(11, 2, 0, 41, 1),  # parts -1
+        StepRecord(14, 2, 0, 43, 1, 1, 2, 3, 4),
+    ]
+    assert read_step_log(path)[1].fill_ns == -1
 
 
 def test_a_quiet_log_is_flushed_after_its_time(tmp_path: Path) -> None:
@@ -88,6 +94,10 @@ def test_the_processor_logs_each_masked_step(tmp_path: Path, monkeypatch: pytest
     records = read_step_log(path)
     assert [r.rows for r in records] == [1, 1, 1]
     assert all(r.elapsed_ns > 0 and r.budget_ns == 0 for r in records)  # no max_tokens: no closing
+    for r in records:  # the parts: each timed, within the step; sampled rows: no argmax check
+        parts = (r.advance_ns, r.fill_ns, r.check_ns, r.kernel_ns)
+        assert min(parts) >= 0 and r.fill_ns > 0 and r.kernel_ns > 0
+        assert r.budget_ns + sum(parts) <= r.elapsed_ns
 
 
 def test_time_in_budget_closing_is_logged(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -89,6 +89,9 @@ class ConstrainedBatch:
         self.masked = 0  # rows constrained in the last step
         self.filled = 0  # of which llguidance filled a mask for
         self.passed = 0  # of which took their argmax unmasked (greedy, admitted)
+        # the last step's parts, ns: advance (new tokens fed to the matchers), fill
+        # (llguidance's masks and forced tokens), check (greedy rows' argmax), kernel
+        self.parts = (0, 0, 0, 0)
         self.words = (self.vocab.size + 31) // 32
         # the host masks, one row per batch row: a tensor (for a GPU's copy), a numpy view and
         # its address (each step's writes go through these: after the model's forward pass every
@@ -173,35 +176,44 @@ class ConstrainedBatch:
     def apply(self, logits: torch.Tensor) -> torch.Tensor:
         """Advance every constrained row's matcher, then mask its logits row in place."""
         self.budget_ns = self.masked = self.filled = self.passed = 0
+        self.parts = (0, 0, 0, 0)
         if not self.rows:
             return logits
-        start = time.perf_counter_ns()
+        clock = time.perf_counter_ns
+        start = clock()
         n_rows, width = logits.shape
         if width < self.vocab.size:
             raise ValueError(f"logits have {width} columns but the vocabulary has {self.vocab.size} ids")
         live = [(i, row) for i, row in self.rows.items() if i < n_rows and self._catch_up(row)]
+        advanced = clock()
         if live:
             self._buffer(n_rows)
             host, base, row_bytes = self._host_np, self._host_ptr, self.words * 4
             # rows whose mask admits one token: a stopped matcher (the grammar is complete)
-            # EOS, a run of forced tokens its next one, budget closing the token it steers to
+            # EOS, budget closing the token it steers to, a run of forced tokens its next one
+            # (asked last, and only of rows the argmax check leaves: a greedy row whose argmax
+            # the matcher admits takes it whether or not it was forced, and llguidance's
+            # forced tokens cost a few µs a row even where there are none)
+            eos = self.vocab.eos_token_id
             one: dict[int, int] = {}
-            for i, row in live:
-                if row.matcher.is_stopped():
-                    one[i] = self.vocab.eos_token_id
-                elif self._forced(row):
-                    one[i] = row.forced[0]
             no_call: list[int] = []  # rows kept from starting a call (budget closing)
             self.closing.spent_ns = 0
             for i, row in live:
-                if row.max_tokens is not None and not row.matcher.is_stopped():
+                if row.matcher.is_stopped():
+                    one[i] = eos
+                elif row.max_tokens is not None:
                     decided = self.closing.decide(row)
                     if decided == NO_CALL:
                         no_call.append(i)
                     elif decided is not None:
                         one[i] = decided
             self.budget_ns = self.closing.spent_ns
+            checking = clock()
             passed = self._argmax_admitted(logits, live, one, no_call)
+            checked = clock()
+            for i, row in live:
+                if i not in passed and i not in one and self._forced(row):
+                    one[i] = row.forced[0]
             # a row at its grammar's start takes the start mask, computed once per grammar
             fill = [
                 (row.matcher, i)
@@ -231,15 +243,17 @@ class ConstrainedBatch:
             for i in no_call:
                 if i not in passed:
                     host[i] &= self.closing.no_trigger(self.rows[i].spec.trigger or "")
+            filled = clock()
             if masked:
                 self._kernel(logits, n_rows, sorted(masked))
             self.filled, self.passed = len(fill), len(passed)
-        elapsed = time.perf_counter_ns() - start
+            self.parts = (advanced - start, filled - checked, checked - checking, clock() - filled)
+        elapsed = clock() - start
         self.masked = len(live)
         self.timings.record(elapsed, self.masked)
         STEP_TIMINGS.record(elapsed, self.masked)
         if self.step_log is not None and self.masked:
-            self.step_log.record(elapsed, self.masked, self.budget_ns, passed=self.passed)
+            self.step_log.record(elapsed, self.masked, self.budget_ns, passed=self.passed, parts=self.parts)
         return logits
 
     def _argmax_admitted(

@@ -7,13 +7,16 @@ timings (`processor.STEP_TIMINGS`) are out of a benchmark's reach. With the envi
 variable `CALLGATE_MASK_TIMINGS=/path/file` set for the server (the engine process inherits
 it), every ConstrainedBatch appends one line per masked step:
 
-    <elapsed_ns> <constrained_rows> <budget_ns> <at_ns> <passed_rows>\\n
+    <elapsed_ns> <constrained_rows> <budget_ns> <at_ns> <passed_rows> <advance_ns> <fill_ns> <check_ns> <kernel_ns>\\n
 
 (host time of the whole `apply`, rows constrained, the part spent in budget closing,
 `time.monotonic_ns()` when it was recorded: CLOCK_MONOTONIC, one clock for every process
 on the machine, so a reader can tell which steps fell inside a window it timed, and the
-rows that took their argmax unmasked, greedy rows whose grammar admitted it; a four-field
-line, from before that field, reads as passed -1), in
+rows that took their argmax unmasked, greedy rows whose grammar admitted it; then the parts
+of the step: feeding the rows' new tokens to their matchers, llguidance's masks (fills,
+forced tokens, the kept start masks), the argmax check of greedy rows, callgate's kernel;
+what is left of `elapsed_ns` is the loop around them. Lines from before a field read it as
+-1: four fields (no `passed`), five (no parts)), in
 blocks of `flush_every` lines or after `flush_after_s` seconds (checked at each record),
 each block in one `write` on a file opened for appending, so the lines of several engine
 processes do not interleave. The block still buffered is written at `close()` and when the
@@ -43,6 +46,10 @@ class StepRecord:
     budget_ns: int
     at_ns: int = 0
     passed: int = -1  # rows left unmasked, their argmax admitted (-1: a log from before this field)
+    advance_ns: int = -1  # the step's parts (-1: a log from before these fields)
+    fill_ns: int = -1
+    check_ns: int = -1
+    kernel_ns: int = -1
 
 
 class StepLog:
@@ -68,10 +75,20 @@ class StepLog:
         path = (os.environ if environ is None else environ).get(ENV_VAR, "")
         return cls(path) if path else None
 
-    def record(self, elapsed_ns: int, rows: int, budget_ns: int, at_ns: int | None = None, passed: int = 0) -> None:
-        """Buffer one step (`at_ns`: now when not given)."""
+    def record(
+        self,
+        elapsed_ns: int,
+        rows: int,
+        budget_ns: int,
+        at_ns: int | None = None,
+        passed: int = 0,
+        parts: tuple[int, int, int, int] = (0, 0, 0, 0),
+    ) -> None:
+        """Buffer one step (`at_ns`: now when not given; `parts`: advance, fill, check and
+        kernel ns)."""
         at = time.monotonic_ns() if at_ns is None else at_ns
-        self.pending.append(f"{elapsed_ns} {rows} {budget_ns} {at} {passed}\n")
+        advance, fill, check, kernel = parts
+        self.pending.append(f"{elapsed_ns} {rows} {budget_ns} {at} {passed} {advance} {fill} {check} {kernel}\n")
         if len(self.pending) >= self.flush_every or time.monotonic() - self.flushed_s >= self.flush_after_s:
             self.flush()
 
@@ -110,6 +127,6 @@ def read_step_log(path: str | os.PathLike[str]) -> list[StepRecord]:
     records = []
     for line in text.splitlines(keepends=True):
         fields = line.split()
-        if line.endswith("\n") and len(fields) in (4, 5) and all(f.isdigit() for f in fields):
+        if line.endswith("\n") and len(fields) in (4, 5, 9) and all(f.isdigit() for f in fields):
             records.append(StepRecord(*(int(f) for f in fields)))
     return records
