@@ -257,12 +257,21 @@ class EngineMaskLog:
         without the budget-closing part when not `budget`."""
         return [(r.elapsed_ns - (0 if budget else r.budget_ns)) / r.rows / 1e3 for r in self.steps(windows)]
 
-    def fill_kernel_us(self, windows: Sequence[tuple[int, int]]) -> list[float]:
+    def fill_kernel_us(self, windows: Sequence[tuple[int, int]], rows: int | None = None) -> list[float]:
         """Per-token time of the mask itself in each step (llguidance's fill and forced
         tokens, the greedy rows' argmax check, callgate's kernel: the step without feeding
-        tokens to the matchers, budget closing and the loop around them); none from a log
-        written before the step's parts were."""
-        return [(r.fill_ns + r.check_ns + r.kernel_ns) / r.rows / 1e3 for r in self.steps(windows) if r.fill_ns >= 0]
+        tokens to the matchers, budget closing and the loop around them), of the steps with
+        `rows` rows where given; none from a log written before the step's parts were."""
+        return [
+            (r.fill_ns + r.check_ns + r.kernel_ns) / r.rows / 1e3
+            for r in self.steps(windows)
+            if r.fill_ns >= 0 and rows in (None, r.rows)
+        ]
+
+    def full_batch_us(self, windows: Sequence[tuple[int, int]], rows: int) -> list[float]:
+        """Per-token times of the whole step, of the steps with `rows` rows (a batch's
+        draining tail has steps of a few rows, each dearer per row)."""
+        return [r.elapsed_ns / r.rows / 1e3 for r in self.steps(windows) if r.rows == rows]
 
     def part_shares(self, windows: Sequence[tuple[int, int]]) -> dict[str, float] | None:
         """Per-token mean µs of each part of the steps inside `windows` (advance, closing,
@@ -429,13 +438,15 @@ async def run_chunk(engine: Any, ctx: Context, res: ConfigResult, pending: list[
         res.mask_source = "replay"
 
 
-def read_engine_masks(res: ConfigResult, log: EngineMaskLog) -> None:
+def read_engine_masks(res: ConfigResult, log: EngineMaskLog, batch: int) -> None:
     """callgate's per-token mask times of one configuration (after the engine stopped)."""
     if res.system == "callgate" and res.mode != "unconstrained":
         res.mask_token_us = log.token_us(res.windows_ns)
         res.mask_token_us_no_budget = log.token_us(res.windows_ns, budget=False)
         res.mask_passed_share = log.passed_share(res.windows_ns)
         res.mask_fill_kernel_us = log.fill_kernel_us(res.windows_ns)
+        res.mask_fill_kernel_us_full = log.fill_kernel_us(res.windows_ns, rows=batch)
+        res.mask_token_us_full = log.full_batch_us(res.windows_ns, batch)
         res.mask_parts_us = log.part_shares(res.windows_ns)
         res.mask_source = "engine" if res.mask_token_us else "none"
 
@@ -533,7 +544,7 @@ async def main_async(args: Any) -> list[dict[str, Any]]:
         await engine.shutdown()
     flush_all()  # an in-process engine's last steps are still buffered here
     for result in results:
-        read_engine_masks(result, mask_log)
+        read_engine_masks(result, mask_log, args.batch)
     if peer_modes(args):
         results += await run_peer(args, args.formats.split(",")[0], cases)
     return [summarise(r) for r in results]

@@ -59,6 +59,11 @@ def print_table(rows: Sequence[Mapping[str, Any]]) -> None:
         parts = s.get("mask_parts_us_mean")
         if parts:
             print(f"{'':<10} per token, mean us: " + ", ".join(f"{k} {v}" for k, v in parts.items()))
+        if s.get("mask_fill_kernel_us_p50_full_batch") is not None:
+            print(
+                f"{'':<10} at the full batch, p50 us per row: fill+kern {s['mask_fill_kernel_us_p50_full_batch']}, "
+                f"whole step {s.get('mask_us_p50_full_batch')}"
+            )
         if s["refused"] or s["errors"]:
             print(f"{'':<10} refused {s['refused']}, engine errors {s['errors']}: {s['first_refusal']}")
 

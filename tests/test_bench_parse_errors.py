@@ -115,6 +115,10 @@ def test_targets_need_zero_errors_full_validity_and_speed() -> None:
     assert not t["hermes_required_whole_step_p50_le_30us"]  # 40 us with advance, closing, loop
     assert t["hermes_named_mask_p50_le_60us"] and "hermes_named_mask_p50_le_30us" not in t
     assert t["hermes_named_whole_step_p50_le_60us"]
+    # at the full batch where the log has such steps (a draining batch's few-row steps aside)
+    rows[1] |= {"mask_fill_kernel_us_p50_full_batch": 35.0, "mask_us_p50_full_batch": 25.0}
+    t = bench.targets(rows)
+    assert not t["hermes_required_mask_p50_le_30us"] and t["hermes_required_whole_step_p50_le_30us"]
     assert not any(k.startswith("hermes_unconstrained") for k in t)
 
 
@@ -150,6 +154,8 @@ def test_engine_mask_log_reads_the_steps_inside_a_window(tmp_path: Path, monkeyp
     # with the step's parts: advance, fill, check, kernel (the loop is what is left)
     path.write_text("30000 3 3000 200 3 6000 9000 3000 0\n20000 1 0 250 0 1000 4000 0 5000\n")
     assert log.fill_kernel_us([(200, 300)]) == [4.0, 9.0]
+    assert log.fill_kernel_us([(200, 300)], rows=3) == [4.0]  # the full batch's steps only
+    assert log.full_batch_us([(200, 300)], 3) == [10.0] and log.full_batch_us([(200, 300)], 16) == []
     assert log.part_shares([(200, 300)]) == {
         "advance": 1.8,
         "closing": 0.8,
