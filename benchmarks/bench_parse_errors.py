@@ -245,6 +245,7 @@ class EngineMaskLog:
         from callgate.decoding.step_log import ENV_VAR
 
         self.path = path
+        self._read: tuple[tuple[int, int], list[Any]] | None = None
         path.unlink(missing_ok=True)
         os.environ[ENV_VAR] = str(path)
 
@@ -252,10 +253,17 @@ class EngineMaskLog:
     def now() -> int:
         return time.monotonic_ns()
 
-    def token_us(self, windows: Sequence[tuple[int, int]], *, budget: bool = True) -> list[float]:
+    def token_us(
+        self, windows: Sequence[tuple[int, int]], *, budget: bool = True, rows: int | None = None
+    ) -> list[float]:
         """Per-token times (step time / rows) of the steps stamped inside `windows`;
-        without the budget-closing part when not `budget`."""
-        return [(r.elapsed_ns - (0 if budget else r.budget_ns)) / r.rows / 1e3 for r in self.steps(windows)]
+        without the budget-closing part when not `budget`; of the steps with `rows` rows
+        where given (a batch's draining tail has steps of a few rows, each dearer per row)."""
+        return [
+            (r.elapsed_ns - (0 if budget else r.budget_ns)) / r.rows / 1e3
+            for r in self.steps(windows)
+            if rows in (None, r.rows)
+        ]
 
     def fill_kernel_us(self, windows: Sequence[tuple[int, int]], rows: int | None = None) -> list[float]:
         """Per-token time of the mask itself in each step (llguidance's fill and forced
@@ -267,11 +275,6 @@ class EngineMaskLog:
             for r in self.steps(windows)
             if r.fill_ns >= 0 and rows in (None, r.rows)
         ]
-
-    def full_batch_us(self, windows: Sequence[tuple[int, int]], rows: int) -> list[float]:
-        """Per-token times of the whole step, of the steps with `rows` rows (a batch's
-        draining tail has steps of a few rows, each dearer per row)."""
-        return [r.elapsed_ns / r.rows / 1e3 for r in self.steps(windows) if r.rows == rows]
 
     def part_shares(self, windows: Sequence[tuple[int, int]]) -> dict[str, float] | None:
         """Per-token mean µs of each part of the steps inside `windows` (advance, closing,
@@ -298,9 +301,21 @@ class EngineMaskLog:
         return round(sum(r.passed for r in steps) / rows, 4) if rows else None
 
     def steps(self, windows: Sequence[tuple[int, int]]) -> list[Any]:
+        return [r for r in self._records() if r.rows and any(lo <= r.at_ns <= hi for lo, hi in windows)]
+
+    def _records(self) -> list[Any]:
+        """The log's records, read once per version of the file (every configuration's
+        figures are read from one log of several MB)."""
         from callgate.decoding.step_log import read_step_log
 
-        return [r for r in read_step_log(self.path) if r.rows and any(lo <= r.at_ns <= hi for lo, hi in windows)]
+        try:
+            stat = self.path.stat()
+            version = (stat.st_mtime_ns, stat.st_size)
+        except FileNotFoundError:
+            return []
+        if self._read is None or self._read[0] != version:
+            self._read = (version, read_step_log(self.path))
+        return self._read[1]
 
 
 # ---- one configuration ---------------------------------------------------------------------
@@ -446,7 +461,7 @@ def read_engine_masks(res: ConfigResult, log: EngineMaskLog, batch: int) -> None
         res.mask_passed_share = log.passed_share(res.windows_ns)
         res.mask_fill_kernel_us = log.fill_kernel_us(res.windows_ns)
         res.mask_fill_kernel_us_full = log.fill_kernel_us(res.windows_ns, rows=batch)
-        res.mask_token_us_full = log.full_batch_us(res.windows_ns, batch)
+        res.mask_token_us_full = log.token_us(res.windows_ns, rows=batch)
         res.mask_parts_us = log.part_shares(res.windows_ns)
         res.mask_source = "engine" if res.mask_token_us else "none"
 

@@ -21,7 +21,7 @@ import torch
 import callgate.constraints as constraints
 from callgate.constraints.llg import matcher
 from callgate.decoding.budget import shortest_output_tokens
-from callgate.decoding.processor import argmax_sampled
+from callgate.decoding.rows import argmax_sampled
 from callgate.formats import get_format
 from callgate.kernels import argmax
 from callgate.parsers import parse

@@ -155,7 +155,7 @@ def test_engine_mask_log_reads_the_steps_inside_a_window(tmp_path: Path, monkeyp
     path.write_text("30000 3 3000 200 3 6000 9000 3000 0\n20000 1 0 250 0 1000 4000 0 5000\n")
     assert log.fill_kernel_us([(200, 300)]) == [4.0, 9.0]
     assert log.fill_kernel_us([(200, 300)], rows=3) == [4.0]  # the full batch's steps only
-    assert log.full_batch_us([(200, 300)], 3) == [10.0] and log.full_batch_us([(200, 300)], 16) == []
+    assert log.token_us([(200, 300)], rows=3) == [10.0] and log.token_us([(200, 300)], rows=16) == []
     assert log.part_shares([(200, 300)]) == {
         "advance": 1.8,
         "closing": 0.8,

@@ -50,7 +50,7 @@ import torch
 from callgate.constraints.llg import LlgVocabulary, matcher
 from callgate.decoding import closing_marks
 from callgate.decoding.budget import BOUND, NO_CALL, BudgetClosing
-from callgate.decoding.rows import Row, RowSpec, row_spec
+from callgate.decoding.rows import Row, RowSpec, argmax_sampled, row_spec
 from callgate.decoding.step_log import StepLog
 from callgate.decoding.timings import STEP_TIMINGS, MaskTimings, mask_time_summary
 from callgate.kernels import apply_token_bitmask, apply_token_bitmask_rows, argmax, cpu_row_kernels
@@ -371,27 +371,6 @@ def _pieces(vocab: LlgVocabulary) -> dict[int, bytes]:
     pieces = {i: data for data, ids in vocab.by_bytes.items() for i in ids}
     pieces.update({i: text.encode() for text, i in vocab.specials.items()})
     return pieces
-
-
-def argmax_sampled(params: Any) -> bool:
-    """Whether vLLM samples the argmax of the logits the processor returns for a request
-    with these SamplingParams: greedy (temperature below vLLM's 1e-5) and none of what its
-    sampler applies after a non-argmax-invariant processor (penalties, a thinking budget),
-    and no logprobs (a `processed_*` logprobs mode would show the row as returned)."""
-
-    def value(name: str, default: Any) -> Any:
-        found = getattr(params, name, default)
-        return default if found is None else found
-
-    return (
-        isinstance(value("temperature", 1.0), (int, float))
-        and value("temperature", 1.0) < 1e-5
-        and value("repetition_penalty", 1.0) == 1.0
-        and value("presence_penalty", 0.0) == 0.0
-        and value("frequency_penalty", 0.0) == 0.0
-        and getattr(params, "thinking_token_budget", None) is None
-        and getattr(params, "logprobs", None) is None
-    )
 
 
 def word_bit(j: int) -> int:

@@ -2,7 +2,8 @@
 its per-row decoding state.
 
 Knows: the `extra_args["callgate"]` mapping (a ConstraintRef's fields, plus the request id
-closing marks name) and what a row keeps between steps. Does not know: matchers' insides,
+closing marks name), which SamplingParams leave vLLM's sampler taking the argmax
+(`argmax_sampled`), and what a row keeps between steps. Does not know: matchers' insides,
 masks, vLLM.
 """
 
@@ -92,3 +93,24 @@ class Row:
 
     def remaining(self) -> int | None:
         return None if self.max_tokens is None else self.max_tokens - len(self.output)
+
+
+def argmax_sampled(params: Any) -> bool:
+    """Whether vLLM samples the argmax of the logits the processor returns for a request
+    with these SamplingParams: greedy (temperature below vLLM's 1e-5) and none of what its
+    sampler applies after a non-argmax-invariant processor (penalties, a thinking budget),
+    and no logprobs (a `processed_*` logprobs mode would show the row as returned)."""
+
+    def value(name: str, default: Any) -> Any:
+        found = getattr(params, name, default)
+        return default if found is None else found
+
+    return (
+        isinstance(value("temperature", 1.0), (int, float))
+        and value("temperature", 1.0) < 1e-5
+        and value("repetition_penalty", 1.0) == 1.0
+        and value("presence_penalty", 0.0) == 0.0
+        and value("frequency_penalty", 0.0) == 0.0
+        and getattr(params, "thinking_token_budget", None) is None
+        and getattr(params, "logprobs", None) is None
+    )
