@@ -12,6 +12,9 @@ import pytest
 import torch
 
 import callgate.constraints as constraints
+from callgate.constraints.llg import LlgVocabulary
+from callgate.decoding.closing import format_closers
+from callgate.decoding.processor import ConstrainedBatch
 from callgate.decoding.rows import Row
 from callgate.formats import get_format
 from callgate.parsers import parse
@@ -140,3 +143,54 @@ def test_a_free_row_far_from_its_budget_is_looked_at_only_now_and_then(fmt: str)
     assert len(out) <= 500 and batch.rows[0].plan is not None  # closed by its plan
     result = parse(fmt, bytes(out).decode() + get_format(fmt).eos, FILES)
     assert result.diagnostics == () and result.candidates, bytes(out)
+
+
+def marker_vocabulary(fmt: str) -> LlgVocabulary:
+    """The byte vocabulary plus one token for each of `fmt`'s closers (`\\n</parameter>`
+    and the like), as a real vocabulary spells them: a closing plan of a few tokens."""
+    by_bytes: dict[bytes, list[int]] = {bytes([b]): [b] for b in range(256)}
+    for i, text in enumerate(sorted(format_closers(fmt))):
+        by_bytes.setdefault(text, [257 + i])
+    return LlgVocabulary.build(by_bytes, EOS, {EOS: "<eos>"}, 257 + len(format_closers(fmt)))
+
+
+@pytest.mark.parametrize(
+    "fmt, head",
+    [
+        ("qwen3-xml", "<tool_call>\n<function=get_weather>\n<parameter=city>\nOs"),
+        (
+            "dsml-v4",
+            '\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name="get_weather">\n'
+            '<｜DSML｜parameter name="city" string="true">Os',
+        ),
+    ],
+)
+def test_a_raw_value_is_not_cut_because_another_call_would_not_fit(fmt: str, head: str) -> None:
+    """Inside a parameter's raw value the call is not whole: its plan closes the value
+    (`</parameter>`), which cuts it. Where the budget holds that plan and a margin but not
+    another call, the row still writes its value; it follows the plan only where the plan
+    itself needs the room."""
+    vocab = marker_vocabulary(fmt)
+
+    class MarkerBatch(ConstrainedBatch):
+        def load_tokens(self) -> Any:
+            return vocab
+
+    spec = of(constraints.build(fmt, WEATHER, NAMED, True, None, vocab))
+    width = vocab.size
+    free_without_room = 0
+    for left in range(2, 120):
+        batch = MarkerBatch(None, "cpu", False)
+        out = list(head.encode())
+        batch.update_state(Update(added=[(0, params(spec, len(out) + left), None, out)]))
+        logits = torch.zeros(1, width)
+        logits[0, ord("l")] = 5.0
+        admitted = set(torch.isfinite(batch.apply(logits)[0]).nonzero().flatten().tolist())
+        row = batch.rows[0]
+        if row.plan is None:
+            assert ord("l") in admitted, left
+            plan = row.kept.tokens if row.kept is not None else []
+            free_without_room += row.call_cost is not None and left <= row.call_cost + len(plan) + 1
+        else:
+            assert left <= len(row.plan) + 1 + batch.closing._margin(row), (left, row.plan)
+    assert free_without_room > 0
