@@ -29,7 +29,7 @@ import torch
 
 from callgate.constraints.llg import LlgVocabulary, matcher
 from callgate.decoding import closing_marks
-from callgate.decoding.closing import closing_plan, format_closers
+from callgate.decoding.closing import VALUE_CLOSING_KEYS, closing_plan, format_closers
 from callgate.decoding.rows import KeptPlan, Row, RowSpec
 from callgate.formats import FORMATS
 
@@ -50,8 +50,6 @@ _TOKEN_BYTES = 16  # the longest token a plan is spelled with
 # (~80 bytes) cost more than a fresh plan; the tails that do end the grammar start within its
 # first bytes (replayed qwen3-xml outputs: j = 0, 1, 2 but for a handful)
 _TAILS = 4
-# the markers that close a parameter's raw value (the model's text up to them is the value)
-_VALUE_CLOSING_KEYS = frozenset({"param_close", "parameter_close"})
 
 
 class BudgetClosing:
@@ -351,6 +349,6 @@ def _markup(format: str) -> tuple[bytes, ...]:
     JSON string's and those that end a parameter's raw value (qwen3-xml's `</parameter>`,
     DSML's): a plan that writes one cuts the value it closes, as a JSON string's `"` does."""
     fmt = FORMATS.get(format)
-    values = [] if fmt is None else [v.encode() for k, v in fmt.markers.named_texts() if k in _VALUE_CLOSING_KEYS]
+    values = [] if fmt is None else [v.encode() for k, v in fmt.markers.named_texts() if k in VALUE_CLOSING_KEYS]
     kept = (c for c in format_closers(format) if b'"' not in c and not any(v in c for v in values))
     return tuple(sorted(kept, key=len, reverse=True))

@@ -34,6 +34,8 @@ from callgate.formats import FORMATS
 _CLOSING_KEYS = frozenset(
     {"block_close", "invoke_close", "param_close", "tag_end", "call_close", "function_close", "parameter_close"}
 )
+# of those, the ones that close a parameter's raw value (the model's text up to them is the value)
+VALUE_CLOSING_KEYS = frozenset({"param_close", "parameter_close"})
 _PREFERENCE = b'"}]0[{tfn\n>,:-1 abcdefghijklmnopqrstuvwxyz_ABCDEFGHIJKLMNOPQRSTUVWXYZ23456789./<=()'
 _PREFERENCE += bytes(range(0x80, 0xC0))  # a character cut inside its UTF-8 bytes is finished first
 # last: a multi-byte character's lead byte, where a marker needs one (DSML's U+FF5C bars:
