@@ -193,3 +193,58 @@ def test_a_raw_value_is_not_cut_because_another_call_would_not_fit(fmt: str, hea
         else:
             assert left <= len(row.plan) + 1 + batch.closing._margin(row), (left, row.plan)
     assert free_without_room > 0
+
+
+@pytest.mark.parametrize(
+    "fmt, head, closer",
+    [
+        ("qwen3-xml", "<tool_call>\n<function=get_weather>\n<parameter=city>\n", "\n</parameter>"),
+        (
+            "dsml-v4",
+            '\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name="get_weather">\n'
+            '<｜DSML｜parameter name="city" string="true">',
+            "</｜DSML｜parameter>",
+        ),
+        ("hermes", '<tool_call>\n{"name": "get_weather", "arguments": {"city": "', '"'),
+    ],
+)
+def test_a_row_in_its_last_value_rests_until_it_writes_the_value_s_closer(fmt: str, head: str, closer: str) -> None:
+    """Where the budget could not hold another call, a row is ended as soon as its call is
+    whole — but inside the call's last value (a raw value, a JSON string) the call cannot
+    become whole before the row writes the value's closer: it is not looked at every step
+    there, and it is still ended on the step the closer is written, before it can start
+    another call."""
+    vocab = marker_vocabulary(fmt)
+
+    class MarkerBatch(ConstrainedBatch):
+        def load_tokens(self) -> Any:
+            return vocab
+
+    spec = of(constraints.build(fmt, WEATHER, "required", True, None, vocab))
+    probe = MarkerBatch(None, "cpu", False)
+    probe.update_state(Update(added=[(0, params(spec, len(head) + 100), None, list(head.encode()))]))
+    probe.apply(torch.zeros(1, vocab.size))
+    cost = probe.rows[0].call_cost
+    assert cost is not None and cost > 30
+    # the budget holds the value, its plan and a margin, never another call on top
+    value = ("a city by the fjord with a long name " * 4)[: cost - 20]
+    out = list(head.encode())
+    batch = MarkerBatch(None, "cpu", False)
+    batch.update_state(Update(added=[(0, params(spec, len(out) + len(value) + 20), None, out)]))
+    script = [*value.encode(), *vocab.tokenizer.tokenize_bytes(closer.encode())]
+    looked = 0
+    for t in script:
+        logits = torch.zeros(1, vocab.size)
+        logits[0, t] = 5.0
+        admitted = allowed(batch.apply(logits)[0])
+        row = batch.rows[0]
+        assert row.plan is None and t in admitted, (bytes(out), row.plan)  # free: the row writes its value
+        plan = row.kept.tokens if row.kept is not None else []
+        assert row.remaining() <= cost + len(plan) + 1  # no room for another call
+        looked += row.checked_at == len(out)
+        out.append(t)
+    # the closer written, the call is whole and another would not fit: the row is ended
+    row = batch.rows[0]
+    admitted = allowed(batch.apply(torch.zeros(1, vocab.size))[0])
+    assert row.plan is not None and all(t in [*row.plan, EOS] for t in admitted), (bytes(out), row.plan, admitted)
+    assert looked < len(script) * 2 / 3, (looked, len(script))

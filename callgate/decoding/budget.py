@@ -14,7 +14,9 @@ token, then EOS, and marks its request (the server flags the call it cut `trunca
 answers `finish_reason: "length"`). A free row far from that point is looked at again only
 where, one margin per token, it could reach it (`_quiet_steps`). Once a whole call is written and
 the tokens left could not hold another one, the row ends (EOS) instead of starting a call it
-would have to cut short.
+would have to cut short; so such a row is looked at every step, but where its plan closes a
+value it must write first (`_value_closer`): then only once it has written that closer's
+last byte.
 Does not know: vLLM, HTTP, schemas; formats beyond the closers a grammar key names.
 """
 
@@ -98,8 +100,8 @@ class BudgetClosing:
                 return None
             # a whole call is written: end here; else (auto, text so far) start no call
             return eos if row.spec.needs_call or row.called else NO_CALL
-        if len(row.output) < row.check_at:  # far from the budget: next looked at there
-            return None
+        if len(row.output) < row.check_at and (row.watch < 0 or row.text.find(row.watch, row.watch_from) < 0):
+            return None  # far from the budget, or inside the value its plan closes first
         last = None if row.kept is None else len(row.kept.tokens)  # the plan at the last check
         plan = self._plan(row)
         if plan is None:
@@ -147,13 +149,38 @@ class BudgetClosing:
         """Steps a free row may take before it is looked at again, on the margin's own
         premise (a free token adds at most `margin` tokens to the plan): k steps on,
         `_free` would still hold — the budget, k smaller, still holds the plan, k margins
-        longer, EOS and a margin; and room for another call where it held now (where only
-        the markup after a whole call let the row go on, it is looked at every step)."""
+        longer, EOS and a margin; and room for another call where it held now. Where that
+        room runs out first, the row is looked at every step (its plan may turn into only
+        the markup after a whole call), or, where its plan closes a value it must write
+        first, once it has written that closer's last byte (`row.watch`)."""
         margin = self._margin(row)
         quiet = (left - len(plan) - 2 - margin) // (margin + 1)
+        row.watch, row.watch_from = -1, len(row.text)
         if cost is not None:
-            quiet = min(quiet, (left - cost - len(plan) - 2) // (margin + 1))
+            room = (left - cost - len(plan) - 2) // (margin + 1)
+            if room < quiet:
+                closer = None if row.kept is None else self._value_closer(row, row.kept.data)
+                if closer is None:
+                    quiet = room
+                else:  # until the value ends, its plan is not only markup: watch for its closer
+                    row.watch = closer
         return max(0, quiet)
+
+    def _value_closer(self, row: Row, plan: bytes) -> int | None:
+        """The last byte of a value closer the row must write before its plan can be only
+        the markup after a whole call (`_ends_a_call`), or None. A value-closing marker in
+        the plan (qwen3-xml's `</parameter>`, DSML's) closes a parameter the row is in or
+        must still write (a required one): the call is not whole before the row writes it.
+        A plan that is a JSON string's `"` and markup: the row is inside its call's last
+        string, which ends only at a `"`. Until then `_free`'s verdict cannot turn for
+        want of room for another call."""
+        if not (row.spec.needs_call or row.called):
+            return None
+        format = row.spec.key.partition(":")[0]
+        for closer in _value_closers(format):
+            if closer in plan:
+                return closer[-1]
+        return ord('"') if plan.startswith(b'"') and _only_markup(format, plan[1:]) else None
 
     def _markup_margin(self, format: str) -> int:
         """The least margin for `format`: SLACK, or two of its longest closer (in tokens) and
@@ -170,10 +197,7 @@ class BudgetClosing:
         around it (mistral's `]`, DSML's block close): ending there cuts nothing short."""
         if not (row.spec.needs_call or row.called) or len(plan) > 32:
             return False
-        text = b"".join(self.pieces.get(t, b"\xff") for t in plan)
-        for marker in _markup(row.spec.key.partition(":")[0]):
-            text = text.replace(marker, b"")
-        return not text.strip(b" \n]}")
+        return _only_markup(row.spec.key.partition(":")[0], b"".join(self.pieces.get(t, b"\xff") for t in plan))
 
     def _call_cost(self, row: Row) -> int | None:
         """Tokens of a shortest call from its trigger on, planned once per grammar from its
@@ -341,6 +365,21 @@ _EOS = 256
 _BYTES = LlgVocabulary.build({bytes([b]): [b] for b in range(256)}, _EOS, {_EOS: "<eos>"}, 257)
 _STEPS = {b: b for b in range(256)}
 NO_CALL = -1
+
+
+def _only_markup(format: str, text: bytes) -> bool:
+    """Whether `text` only closes the markup after a whole call of `format`: its markers,
+    brackets and blanks."""
+    for marker in _markup(format):
+        text = text.replace(marker, b"")
+    return not text.strip(b" \n]}")
+
+
+@functools.cache
+def _value_closers(format: str) -> tuple[bytes, ...]:
+    """The markers of `format` that end a parameter's raw value (qwen3-xml's, DSML's)."""
+    fmt = FORMATS.get(format)
+    return () if fmt is None else tuple(v.encode() for k, v in fmt.markers.named_texts() if k in VALUE_CLOSING_KEYS)
 
 
 @functools.cache

@@ -84,6 +84,10 @@ class Row:
     growth: int = 0  # the most one free token has added to the plan
     checked_at: int = 0  # output tokens when budget closing last made or checked a plan
     check_at: int = 0  # output tokens from which it looks again (a free row far from its budget)
+    # before check_at, also looked at once its output bytes from `watch_from` hold the byte
+    # `watch` (-1: none): the last byte of the value closer its plan starts with (budget.py)
+    watch: int = -1
+    watch_from: int = 0
     kept: KeptPlan | None = None  # the plan in use (budget.py)
     kept_reused: bool = False  # this step's plan is the kept one, made at an earlier state
     forced: list[int] = field(default_factory=list)  # the grammar's forced tokens from here, the next one first
