@@ -42,7 +42,8 @@ rate, output tok/s (decode wall time of the configuration's chunks, prefill incl
 configuration whose outputs are shorter weighs its prompts' prefill more), full-batch
 tok/s (`full_batch_window`: tokens per second while every request of a chunk was
 decoding, the same chunks in every configuration, so the cost of masking at one batch
-size), grammar compile p50/p99, and per-token mask time p50/p99 (callgate: the engine process's
+size; `paired`: the median over rounds of a chunk's over the unconstrained chunk's of the
+same round, which a slow minute on one chunk does not move), grammar compile p50/p99, and per-token mask time p50/p99 (callgate: the engine process's
 step log, the steps stamped inside the configuration's chunks, read once the engine stopped,
 see `EngineMaskLog`, also without its budget-closing part; vllm: replayed). A
 case callgate or vLLM refuses, or a request the engine fails, is counted and its first
@@ -444,6 +445,7 @@ async def run_chunk(engine: Any, ctx: Context, res: ConfigResult, pending: list[
     window_tokens, window_s = full_batch_window([stamps for _, _, stamps in outs])
     res.full_batch_tokens += window_tokens
     res.full_batch_s += window_s
+    res.full_batch_chunks.append((window_tokens, window_s))
     res.windows_ns.append((began_ns, ctx.mask_log.now()))
     for job, (outcome, ids, _) in zip(jobs, outs, strict=True):
         res.outcomes.append(outcome)

@@ -16,6 +16,7 @@ import pytest
 from tests.conftest import load_benchmark
 
 bench = load_benchmark("bench_parse_errors")
+pst = load_benchmark("parse_error_scores")
 
 ROW: dict[str, Any] = {
     "id": "parallel_7",
@@ -120,6 +121,27 @@ def test_targets_need_zero_errors_full_validity_and_speed() -> None:
     t = bench.targets(rows)
     assert not t["hermes_required_mask_p50_le_30us"] and t["hermes_required_whole_step_p50_le_30us"]
     assert not any(k.startswith("hermes_unconstrained") for k in t)
+    rows[1] |= {"mask_fill_kernel_us_p50_full_batch": 0.0}  # a figure, not a missing one
+    assert bench.targets(rows)["hermes_required_mask_p50_le_30us"]
+
+
+def test_the_paired_ratio_is_the_median_of_each_round_s_chunk_ratios() -> None:
+    """Round by round, a chunk's full-batch tok/s over the unconstrained chunk's: one slow
+    minute on one chunk (round 2 here) moves one pair, not the median; rounds where either
+    chunk had no full-batch window are left out."""
+    free = {"full_batch_chunk_tok_per_s": [100.0, 100.0, 100.0, 100.0, None]}
+    row = {"full_batch_chunk_tok_per_s": [97.0, 98.0, 60.0, 99.0, 50.0]}
+    assert abs(pst.paired_ratio(row, free) - 0.975) < 1e-9  # median of 0.97, 0.98, 0.6, 0.99
+    summed = sum(row["full_batch_chunk_tok_per_s"][:4]) / 400  # the summed ratio feels round 2
+    assert summed < 0.9
+    assert pst.paired_ratio({"full_batch_chunk_tok_per_s": [None]}, free) is None
+    assert pst.paired_ratio(row, None) is None
+    rows = [
+        {"format": "hermes", "system": "callgate", "mode": "unconstrained", "ran": 5, **free},
+        {"format": "hermes", "system": "callgate", "mode": "required", "ran": 5, **row}
+        | {"parse_error_rate": 0.0, "schema_valid_rate": 1.0, "mask_us_p50": None},
+    ]
+    assert bench.targets(rows)["hermes_required_full_batch_paired_median_ge_95pct"]
 
 
 def test_chart_from_combines_the_last_json_line_of_each_run(tmp_path: Path) -> None:
