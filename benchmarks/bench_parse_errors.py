@@ -43,7 +43,10 @@ configuration whose outputs are shorter weighs its prompts' prefill more), full-
 tok/s (`full_batch_window`: tokens per second while every request of a chunk was decoding,
 the same chunks in every configuration, so the cost of masking at one batch size;
 `paired`: the median over rounds of a chunk's over the unconstrained chunk's of the same
-round, which a slow minute on one chunk does not move), grammar compile p50/p99, and
+round, which a slow minute on one chunk does not move; `95% CI`: a bootstrap interval of the
+summed ratio over the run's rounds, `ratio_interval`; `host`: the share of the decode wall
+time spent in callgate's processor, from the engine's step log: what constraining itself
+costs, which the ratio measures through the chunks' noise), grammar compile p50/p99, and
 per-token mask time p50/p99 (callgate: the engine process's step log, the steps stamped
 inside the configuration's chunks, read once the engine stopped, see `EngineMaskLog`, also
 without its budget-closing part; vllm: replayed). A case callgate or vLLM refuses, or a
@@ -113,6 +116,7 @@ from parse_error_scores import (  # noqa: E402
     Outcome,
     Stamps,
     full_batch_window,
+    intervals,
     judge,
     judge_reply,
     summarise,
@@ -294,6 +298,17 @@ class EngineMaskLog:
         sums["loop"] = max(0, sum(r.elapsed_ns for r in steps) - sum(sums.values()))
         return {k: round(v / rows / 1e3, 1) for k, v in sums.items()}
 
+    def host_share(self, windows: Sequence[tuple[int, int]]) -> float | None:
+        """The share of the wall time of `windows` that the processor's steps inside them
+        took (each step's whole `apply`: advance, closing, mask, kernel). The engine runs
+        the processor between the forward pass and the sampler, one step after another, so
+        this is the decode time constraining added: a throughput ratio of about
+        1 - share, whatever the chunks' outputs; None without windows."""
+        wall = sum(hi - lo for lo, hi in windows)
+        if wall <= 0:
+            return None
+        return round(sum(r.elapsed_ns for r in self.steps(windows)) / wall, 4)
+
     def passed_share(self, windows: Sequence[tuple[int, int]]) -> float | None:
         """Of the rows constrained in the steps inside `windows`, the share that took their
         argmax unmasked (greedy, admitted); None where the log does not say."""
@@ -439,7 +454,7 @@ async def run_chunk(engine: Any, ctx: Context, res: ConfigResult, pending: list[
         jobs.append(job)
     if not jobs:
         return
-    began = time.perf_counter()
+    began, decoding_ns = time.perf_counter(), ctx.mask_log.now()
     outs = await asyncio.gather(*(generate(engine, res.format, j.case, j, res.max_tokens) for j in jobs))
     res.decode_wall_s += time.perf_counter() - began
     window_tokens, window_s = full_batch_window([stamps for _, _, stamps in outs])
@@ -447,6 +462,7 @@ async def run_chunk(engine: Any, ctx: Context, res: ConfigResult, pending: list[
     res.full_batch_s += window_s
     res.full_batch_chunks.append((window_tokens, window_s))
     res.windows_ns.append((began_ns, ctx.mask_log.now()))
+    res.decode_windows_ns.append((decoding_ns, res.windows_ns[-1][1]))
     for job, (outcome, ids, _) in zip(jobs, outs, strict=True):
         res.outcomes.append(outcome)
         if job.compiled is not None:
@@ -465,6 +481,7 @@ def read_engine_masks(res: ConfigResult, log: EngineMaskLog, batch: int) -> None
         res.mask_fill_kernel_us_full = log.fill_kernel_us(res.windows_ns, rows=batch)
         res.mask_token_us_full = log.token_us(res.windows_ns, rows=batch)
         res.mask_parts_us = log.part_shares(res.windows_ns)
+        res.host_share = log.host_share(res.decode_windows_ns)
         res.mask_source = "engine" if res.mask_token_us else "none"
 
 
@@ -612,6 +629,7 @@ def main() -> None:
         "env": environment(args),
         "results": rows,
         "targets_met": targets(rows),
+        "full_batch_ratio_intervals": intervals(rows),
         "wall_s": round(time.perf_counter() - started, 1),
     }
     print(json.dumps(doc))

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from bfcl_cases import SEED
-from parse_error_scores import ConfigResult, paired_ratio, ratio_to_free, targets
+from parse_error_scores import ConfigResult, paired_ratio, ratio_interval, ratio_to_free, targets
 
 
 def _p(value: float | None) -> str:
@@ -34,7 +34,7 @@ def print_table(rows: Sequence[Mapping[str, Any]]) -> None:
         f"{'format':<14} {'system':<10} {'mode':<13} {'ran':>4} {'EOS':>4} {'closed':>6} {'cut':>4} {'parse err':>9} "
         f"{'(EOS only)':>10} {'calls':>6} {'schema ok':>9} {'expected':>8} {'args ok':>7} {'as text':>7} "
         f"{'irr no-call':>11} {'tok/s':>7} {'/unc':>5} "
-        f"{'batch tok/s':>11} {'/unc':>5} {'paired':>6} "
+        f"{'batch tok/s':>11} {'/unc':>5} {'95% CI':>9} {'paired':>6} {'host':>5} "
         f"{'compile p50/p99 ms':>19} {'mask p50/p99 us':>16} {'mean':>6} {'pass':>6} {'fill+kern p50':>13}"
     )
     print(head)
@@ -44,6 +44,8 @@ def print_table(rows: Sequence[Mapping[str, Any]]) -> None:
         ratio = ratio_to_free(s, free.get(s["format"]), "tok_per_s")
         batch_ratio = ratio_to_free(s, free.get(s["format"]), "full_batch_tok_per_s")
         paired = None if s["mode"] == "unconstrained" else paired_ratio(s, free.get(s["format"]))
+        interval = None if s["mode"] == "unconstrained" else ratio_interval(s, free.get(s["format"]))
+        host = s.get("host_share")
         print(
             f"{s['format']:<14} {s['system']:<10} {s['mode']:<13} {s['ran']:>4} {s['natural']:>4} "
             f"{s['closed_at_budget']:>6} {s['cut_at_budget']:>4} "
@@ -53,7 +55,8 @@ def print_table(rows: Sequence[Mapping[str, Any]]) -> None:
             f"{_p(s.get('irrelevance_no_call_rate')):>11} {s['tok_per_s']:>7} "
             f"{'-' if ratio is None else f'{ratio:.2f}':>5} "
             f"{_n(s.get('full_batch_tok_per_s')):>11} {'-' if batch_ratio is None else f'{batch_ratio:.2f}':>5} "
-            f"{'-' if paired is None else f'{paired:.2f}':>6} "
+            f"{'-' if interval is None else f'{interval[0]:.2f}-{interval[1]:.2f}':>9} "
+            f"{'-' if paired is None else f'{paired:.2f}':>6} {'-' if host is None else f'{host * 100:.1f}%':>5} "
             f"{_n(s['compile_ms_p50']):>9}/{_n(s['compile_ms_p99']):<9} "
             f"{_n(s['mask_us_p50']):>7}/{_n(s['mask_us_p99']):<8} {_n(s.get('mask_us_mean')):>6} "
             f"{_p(s.get('mask_passed_share')):>6} {_n(s.get('mask_fill_kernel_us_p50')):>13}"

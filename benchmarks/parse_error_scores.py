@@ -9,11 +9,13 @@ output, p50/p99 nearest-rank) and issue #4's targets. Does not know: engines or 
 
     judge(fmt, case, text, finish, tokens) -> Outcome; judge_reply(case, reply) -> Outcome
     summarise(ConfigResult) -> row; targets(rows) -> {name: met}
+    ratio_interval(row, unconstrained_row) -> 95 % bootstrap interval of the full-batch ratio
 """
 
 from __future__ import annotations
 
 import json
+import random
 import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -67,6 +69,8 @@ class ConfigResult:
     mask_fill_kernel_us_full: list[float] = field(default_factory=list)  # engine only: steps at the full batch
     mask_token_us_full: list[float] = field(default_factory=list)  # engine only: whole steps at the full batch
     vocab_size: int = 0
+    decode_windows_ns: list[tuple[int, int]] = field(default_factory=list)  # CLOCK_MONOTONIC of each chunk's decode
+    host_share: float | None = None  # engine only: the processor's share of the decode wall time
 
 
 def _valid(arguments: Any, schema: Mapping[str, Any]) -> bool:
@@ -204,6 +208,8 @@ def summarise(r: ConfigResult) -> dict[str, Any]:
         "full_batch_tok_per_s": round(r.full_batch_tokens / r.full_batch_s, 1) if r.full_batch_s else None,
         "full_batch_tokens": r.full_batch_tokens,
         "full_batch_chunk_tok_per_s": [round(n / t, 1) if t else None for n, t in r.full_batch_chunks],
+        "full_batch_chunks": [[n, round(t, 4)] for n, t in r.full_batch_chunks],
+        "host_share": r.host_share,
         "compile_ms_p50": round(pct(r.compile_s, 50) * 1e3, 2) if r.compile_s else None,
         "compile_ms_p99": round(pct(r.compile_s, 99) * 1e3, 2) if r.compile_s else None,
         "mask_source": r.mask_source,
@@ -245,6 +251,45 @@ def paired_ratio(row: Mapping[str, Any], free: Mapping[str, Any] | None) -> floa
         return None
     mid = len(ratios) // 2
     return ratios[mid] if len(ratios) % 2 else (ratios[mid - 1] + ratios[mid]) / 2
+
+
+def ratio_interval(
+    row: Mapping[str, Any], free: Mapping[str, Any] | None, draws: int = 2000, seed: int = 0
+) -> tuple[float, float] | None:
+    """A 95 % bootstrap interval of the summed full-batch ratio (`ratio_to_free`'s): the
+    rounds of an interleaved run resampled with replacement, each round's chunk kept with
+    the unconstrained chunk of the same round, and the ratio of their summed tokens over
+    summed seconds read on each draw. How far the run's own chunk-to-chunk spread leaves the
+    ratio uncertain; None with fewer than three rounds."""
+    if free is None:
+        return None
+    pairs = [
+        (a, b)
+        for a, b in zip(row.get("full_batch_chunks") or (), free.get("full_batch_chunks") or (), strict=False)
+        if a[1] and b[1]
+    ]
+    if len(pairs) < 3:
+        return None
+    rng = random.Random(seed)
+    ratios = []
+    for _ in range(draws):
+        pick = [pairs[rng.randrange(len(pairs))] for _ in pairs]
+        ours = sum(a[0] for a, _ in pick) / sum(a[1] for a, _ in pick)
+        theirs = sum(b[0] for _, b in pick) / sum(b[1] for _, b in pick)
+        ratios.append(ours / theirs if theirs else 0.0)
+    ratios.sort()
+    return ratios[int(0.025 * draws)], ratios[int(0.975 * draws) - 1]
+
+
+def intervals(rows: Sequence[Mapping[str, Any]]) -> dict[str, list[float]]:
+    """`ratio_interval` of every configuration that has one, by `format_system_mode`."""
+    free = {r["format"]: r for r in rows if r["system"] == "callgate" and r["mode"] == "unconstrained"}
+    out = {}
+    for r in rows:
+        found = None if r["mode"] == "unconstrained" else ratio_interval(r, free.get(r["format"]))
+        if found is not None:
+            out[f"{r['format']}_{r['system']}_{r['mode']}"] = [round(found[0], 3), round(found[1], 3)]
+    return out
 
 
 def targets(rows: Sequence[Mapping[str, Any]]) -> dict[str, bool]:

@@ -158,6 +158,44 @@ def test_chart_from_combines_the_last_json_line_of_each_run(tmp_path: Path) -> N
     assert combined["targets_met"]["qwen3-xml_required_zero_parse_errors"]
 
 
+def test_the_ratio_interval_resamples_rounds_in_pairs() -> None:
+    """The bootstrap interval of the summed full-batch ratio: rounds that all read 0.95 give
+    0.95 at both ends; a run whose rounds spread gives an interval that holds the summed
+    ratio and is as wide as the spread allows, the same on every call (seeded); fewer than
+    three rounds, or no baseline, give none."""
+    free = {"full_batch_chunks": [[100, 1.0], [200, 2.0], [150, 1.5], [100, 1.0]]}
+    even = {"full_batch_chunks": [[95, 1.0], [190, 2.0], [142.5, 1.5], [95, 1.0]]}
+    lo, hi = pst.ratio_interval(even, free)
+    assert abs(lo - 0.95) < 1e-9 and abs(hi - 0.95) < 1e-9
+    spread = {"full_batch_chunks": [[80, 1.0], [220, 2.0], [135, 1.5], [105, 1.0], [0, 0.0]]}
+    lo, hi = pst.ratio_interval(spread, free)
+    summed = (80 + 220 + 135 + 105) / 5.5 / (550 / 5.5)
+    assert 0.8 <= lo < summed < hi <= 1.1
+    assert pst.ratio_interval(spread, free) == (lo, hi)
+    assert pst.ratio_interval({"full_batch_chunks": spread["full_batch_chunks"][:2]}, free) is None
+    assert pst.ratio_interval(spread, None) is None
+    rows = [
+        {"format": "hermes", "system": "callgate", "mode": "unconstrained", **free},
+        {"format": "hermes", "system": "callgate", "mode": "required", **spread},
+        {"format": "hermes", "system": "vllm", "mode": "named", "full_batch_chunks": []},
+    ]
+    assert pst.intervals(rows) == {"hermes_callgate_required": [round(lo, 3), round(hi, 3)]}
+
+
+def test_engine_mask_log_host_share_is_the_steps_time_over_the_windows_wall(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from callgate.decoding.step_log import ENV_VAR
+
+    monkeypatch.setenv(ENV_VAR, "")
+    path = tmp_path / "steps.log"
+    log = bench.EngineMaskLog(path)
+    path.write_text("40 2 0 100 1\n30 3 10 200 3\n50 1 0 300 0\n60 2 0 1500 2\n")
+    assert log.host_share([(100, 1100)]) == round(120 / 1000, 4)  # the step at 1500 is outside
+    assert log.host_share([(100, 1100), (1400, 1600)]) == round(180 / 1200, 4)
+    assert log.host_share([(2000, 3000)]) == 0.0 and log.host_share([]) is None
+
+
 def test_engine_mask_log_reads_the_steps_inside_a_window(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from callgate.decoding.step_log import ENV_VAR
 
