@@ -86,6 +86,7 @@ class Level:
     tpot_ms: dict[str, float]
     itl_ms: dict[str, float]
     cpu_ms_per_token: float  # the server's processes' CPU time (API and engine core) per output token
+    round_tok_per_s: tuple[float, ...] = ()  # output tok/s of each interleaved round, in run order
 
 
 def workload(n: int, seed: int) -> list[list[dict[str, str]]]:
@@ -213,7 +214,9 @@ async def run_batch(
         return list(samples), time.perf_counter() - started
 
 
-def summarise(concurrency: int, samples: list[Sample], wall_s: float, cpu_s: float = 0.0) -> Level:
+def summarise(
+    concurrency: int, samples: list[Sample], wall_s: float, cpu_s: float = 0.0, rounds: tuple[float, ...] = ()
+) -> Level:
     out = sum(s.output_tokens for s in samples)
     tpot = [(s.e2e_s - s.ttft_s) / (s.output_tokens - 1) for s in samples if s.output_tokens > 1]
     return Level(
@@ -227,6 +230,7 @@ def summarise(concurrency: int, samples: list[Sample], wall_s: float, cpu_s: flo
         percentiles(tpot),
         percentiles([g for s in samples for g in s.itl_s]),
         round(1000 * cpu_s / out, 3) if out else 0.0,
+        rounds,
     )
 
 
@@ -245,6 +249,7 @@ def bench(
         samples: dict[str, list[Sample]] = {kind: [] for kind in bases}
         wall: dict[str, float] = dict.fromkeys(bases, 0.0)
         cpu: dict[str, float] = dict.fromkeys(bases, 0.0)
+        per_round: dict[str, list[float]] = {kind: [] for kind in bases}
         for r in range(rounds):
             order = list(bases) if r % 2 == 0 else list(reversed(bases))
             for kind in order:
@@ -254,8 +259,9 @@ def bench(
                 cpu[kind] += servers.cpu_seconds(port) - before
                 samples[kind] += got
                 wall[kind] += wall_s
+                per_round[kind].append(round(sum(x.output_tokens for x in got) / wall_s, 2))
         for kind in bases:
-            level = summarise(concurrency, samples[kind], wall[kind], cpu[kind])
+            level = summarise(concurrency, samples[kind], wall[kind], cpu[kind], tuple(per_round[kind]))
             print(f"# {kind} c={concurrency}: {level.out_tok_per_s} tok/s", file=sys.stderr)
             results[kind].append(level)
     return results
@@ -284,6 +290,18 @@ def ratios(results: dict[str, list[Level]]) -> dict[str, float]:
         return {}
     return {
         str(a.concurrency): round(a.out_tok_per_s / b.out_tok_per_s, 3)
+        for a, b in zip(results["callgate"], results["vllm"], strict=True)
+    }
+
+
+def round_ratios(results: dict[str, list[Level]]) -> dict[str, list[float]]:
+    """Per level, callgate's output tok/s over vLLM's in each round (the two servers ran the
+    same requests in the same round, back to back): how far the level's ratio moves with
+    the minute it ran in."""
+    if "callgate" not in results or "vllm" not in results:
+        return {}
+    return {
+        str(a.concurrency): [round(x / y, 3) for x, y in zip(a.round_tok_per_s, b.round_tok_per_s, strict=True) if y]
         for a, b in zip(results["callgate"], results["vllm"], strict=True)
     }
 
@@ -390,6 +408,8 @@ def main() -> None:
     ratio = ratios(results)
     if ratio:
         print("throughput ratio callgate/vLLM (output tok/s): " + ", ".join(f"c={c}: {r}" for c, r in ratio.items()))
+        per_round = round_ratios(results)
+        print("per round: " + "; ".join(f"c={c}: {', '.join(map(str, r))}" for c, r in per_round.items()))
     if not args.no_chart:
         chart(results, Path(args.chart), folder.name + (" + 12 agent tools, auto" if tools else ", plain chat"))
         print(f"chart: {args.chart}")
@@ -402,6 +422,7 @@ def main() -> None:
         "env": environment(args),
         "results": {k: [asdict(lv) for lv in v] for k, v in results.items()},
         "throughput_ratio": ratio,
+        "throughput_ratio_rounds": round_ratios(results),
         "target_ratio": 0.95,
     }
     print(json.dumps(summary))

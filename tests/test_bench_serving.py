@@ -68,3 +68,14 @@ def test_cpu_seconds_sums_the_server_and_the_processes_under_it() -> None:
         subprocess.run(["pkill", "-P", str(proc.pid)], check=False)
         proc.kill()
         proc.wait()
+
+
+def test_the_round_ratios_pair_each_round_of_a_level() -> None:
+    """A level's tok/s per round is tokens over that round's wall time; callgate's rounds
+    are set against vLLM's of the same round, level by level."""
+    samples = [bench.Sample(0.1, (), 1.0, 64), bench.Sample(0.1, (), 1.0, 64)]
+    level = bench.summarise(16, samples, 2.0, rounds=(64.0, 66.0))
+    assert level.out_tok_per_s == 64.0 and level.round_tok_per_s == (64.0, 66.0)
+    vllm = bench.summarise(16, samples, 2.0, rounds=(80.0, 60.0))
+    assert bench.round_ratios({"callgate": [level], "vllm": [vllm]}) == {"16": [0.8, 1.1]}
+    assert bench.round_ratios({"callgate": [level]}) == {}
