@@ -63,6 +63,8 @@ named are vLLM's structured outputs), started after callgate's engine has stoppe
 driven through the `openai` client with the same messages and tools (system `vllm-serve`).
 Its calls are what the client gets (`tool_calls`); its parse errors are what a client can
 see: arguments that are not a JSON object, or call markup left in the content.
+`--modes unconstrained,control,...` runs the unconstrained configuration a second time as
+`control` (an A/A pair: its ratio and interval are the run's noise floor).
 `--irrelevance N` adds N of BFCL's irrelevance cases (the tools do not fit the question:
 the right answer is no call), run under `unconstrained` and `auto` only; their row figure
 is the no-call rate. Every call case is also scored against BFCL's possible answers
@@ -126,6 +128,9 @@ from parse_error_scores import (  # noqa: E402
 # vLLM's tool-parser structural-tag model key for each callgate format (vllm/tool_parsers/*).
 VLLM_TAG_MODEL = {"hermes": "hermes", "hermes-qwen2.5": "hermes", "dsml-v4": "deepseek_v4", "qwen3-xml": "qwen_3_coder"}
 CALLGATE_MODES = ("unconstrained", "auto", "required", "named")
+# `control`: the unconstrained configuration once more (`--modes unconstrained,control,...`):
+# its ratio to `unconstrained` is what the run's own noise does to a ratio where nothing differs
+FREE_MODES = frozenset({"unconstrained", "control"})
 VLLM_MODES = ("auto", "required", "named")
 
 
@@ -390,7 +395,7 @@ def prepare(
         tag = vllm_structural_tag(fmt, mode, case)
         compiled, seconds = xg.compile(tag)
         return Job(case, rid, prompt, structural_tag=tag, compiled=compiled), seconds
-    if mode == "unconstrained":
+    if mode in FREE_MODES:
         return Job(case, rid, prompt), None
     start = time.perf_counter()
     c = constraints.build(fmt, list(case.tools), tool_choice(mode, case), True, None, vocab)
@@ -473,7 +478,7 @@ async def run_chunk(engine: Any, ctx: Context, res: ConfigResult, pending: list[
 
 def read_engine_masks(res: ConfigResult, log: EngineMaskLog, batch: int) -> None:
     """callgate's per-token mask times of one configuration (after the engine stopped)."""
-    if res.system == "callgate" and res.mode != "unconstrained":
+    if res.system == "callgate" and res.mode not in FREE_MODES:
         res.mask_token_us = log.token_us(res.windows_ns)
         res.mask_token_us_no_budget = log.token_us(res.windows_ns, budget=False)
         res.mask_passed_share = log.passed_share(res.windows_ns)

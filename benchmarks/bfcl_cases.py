@@ -30,7 +30,7 @@ from bfcl_answers import GroundTruth, irrelevance_rows
 SEED = 0
 CATEGORIES = (("simple_python", 0.5), ("multiple", 0.3), ("parallel", 0.2))
 TYPE_MAP = {"dict": "object", "float": "number", "tuple": "array", "str": "string", "int": "integer", "bool": "boolean"}
-IRRELEVANCE_MODES = frozenset({"unconstrained", "auto"})  # a forced call cannot be the right answer
+IRRELEVANCE_MODES = frozenset({"unconstrained", "control", "auto"})  # a forced call cannot be the right answer
 
 
 @dataclass(frozen=True, slots=True)

@@ -254,6 +254,17 @@ def test_vllm_tag_for_a_named_hermes_call_pins_that_function() -> None:
     assert '\\"other' not in text
 
 
+def test_the_control_configuration_is_the_unconstrained_one_again() -> None:
+    """`control` sends the same prompt as `unconstrained`, with no grammar and no compile;
+    `auto` builds one."""
+    case = bench.make_case(ROW, TRUTH)
+    free, free_s = bench.prepare("hermes", "callgate", "unconstrained", case, None, None, 128)
+    control, control_s = bench.prepare("hermes", "callgate", "control", case, None, None, 128)
+    assert (control.prompt, control.ref, control_s) == (free.prompt, None, None) and free_s is None
+    auto, auto_s = bench.prepare("hermes", "callgate", "auto", case, None, None, 128)
+    assert auto.ref is not None and auto_s is not None and auto.prompt == free.prompt
+
+
 def test_the_full_batch_window_counts_tokens_while_every_request_decodes() -> None:
     a = [(1.0, 1), (2.0, 1), (3.0, 2), (4.0, 1)]  # first token at 1.0, last at 4.0
     b = [(1.5, 1), (2.5, 1), (3.5, 1)]  # prefilled last (1.5), finished first (3.5)

@@ -67,8 +67,9 @@ def test_irrelevance_cases_run_only_where_no_call_is_forced(tmp_path: Path) -> N
     assert len(cases) == 3 and {c.kind for c in cases} == {"irrelevance"}
     assert cases[0].tools[0]["function"]["name"] == "geo_area" and cases[0].truth == ()
     assert cases == bench.load_irrelevance(3, tmp_path)  # seeded
-    assert [m for m in ("unconstrained", "auto", "required", "named") if bench.runs(m, cases[0])] == [
+    assert [m for m in ("unconstrained", "control", "auto", "required", "named") if bench.runs(m, cases[0])] == [
         "unconstrained",
+        "control",
         "auto",
     ]
 
