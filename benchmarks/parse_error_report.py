@@ -104,8 +104,10 @@ def chart(rows: Sequence[Mapping[str, Any]], path: Path, model: str = "SmolLM2-1
     free = {r["format"]: r for r in rows if r["system"] == "callgate" and r["mode"] == "unconstrained"}
     ratio = [ratio_to_free(s, free.get(s["format"]), "full_batch_tok_per_s") or 0.0 for s in rows]
     spans = [ratio_interval(s, free.get(s["format"])) if s["mode"] != "unconstrained" else None for s in rows]
-    low = [r - sp[0] if sp else 0.0 for r, sp in zip(ratio, spans, strict=True)]
-    high = [sp[1] - r if sp else 0.0 for r, sp in zip(ratio, spans, strict=True)]
+    # the interval is over the rounds both ran: a round without a full-batch window in one of
+    # them is left out of it but not of the summed ratio, which can then fall just outside
+    low = [max(0.0, r - sp[0]) if sp else 0.0 for r, sp in zip(ratio, spans, strict=True)]
+    high = [max(0.0, sp[1] - r) if sp else 0.0 for r, sp in zip(ratio, spans, strict=True)]
     bottom.bar(
         x, ratio, 0.5, color=colors, yerr=[low, high], capsize=2, label="full-batch tok/s / unconstrained (95 % CI)"
     )
