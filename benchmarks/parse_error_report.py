@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from bfcl_cases import SEED
-from parse_error_scores import ConfigResult, paired_ratio, ratio_interval, ratio_to_free, targets
+from parse_error_scores import ConfigResult, intervals, paired_ratio, ratio_to_free, targets
 
 
 def _p(value: float | None) -> str:
@@ -40,11 +40,12 @@ def print_table(rows: Sequence[Mapping[str, Any]]) -> None:
     print(head)
     print("-" * len(head))
     free = {r["format"]: r for r in rows if r["mode"] == "unconstrained"}
+    spans = intervals(rows)
     for s in rows:
         ratio = ratio_to_free(s, free.get(s["format"]), "tok_per_s")
         batch_ratio = ratio_to_free(s, free.get(s["format"]), "full_batch_tok_per_s")
         paired = None if s["mode"] == "unconstrained" else paired_ratio(s, free.get(s["format"]))
-        interval = None if s["mode"] == "unconstrained" else ratio_interval(s, free.get(s["format"]))
+        interval = spans.get(f"{s['format']}_{s['system']}_{s['mode']}")
         host = s.get("host_share")
         print(
             f"{s['format']:<14} {s['system']:<10} {s['mode']:<13} {s['ran']:>4} {s['natural']:>4} "
@@ -103,7 +104,8 @@ def chart(rows: Sequence[Mapping[str, Any]], path: Path, model: str = "SmolLM2-1
     # the question the throughput half answers: what does constraining cost at a full batch
     free = {r["format"]: r for r in rows if r["system"] == "callgate" and r["mode"] == "unconstrained"}
     ratio = [ratio_to_free(s, free.get(s["format"]), "full_batch_tok_per_s") or 0.0 for s in rows]
-    spans = [ratio_interval(s, free.get(s["format"])) if s["mode"] != "unconstrained" else None for s in rows]
+    found = intervals(rows)
+    spans = [found.get(f"{s['format']}_{s['system']}_{s['mode']}") for s in rows]
     # the interval is over the rounds both ran: a round without a full-batch window in one of
     # them is left out of it but not of the summed ratio, which can then fall just outside
     low = [max(0.0, r - sp[0]) if sp else 0.0 for r, sp in zip(ratio, spans, strict=True)]
