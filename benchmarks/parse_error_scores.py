@@ -15,13 +15,13 @@ output, p50/p99 nearest-rank) and issue #4's targets. Does not know: engines or 
 from __future__ import annotations
 
 import json
-import random
 import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import paired
 from bfcl_answers import matches_ground_truth
 from bfcl_cases import Case
 
@@ -258,27 +258,12 @@ def ratio_interval(
 ) -> tuple[float, float] | None:
     """A 95 % bootstrap interval of the summed full-batch ratio (`ratio_to_free`'s): the
     rounds of an interleaved run resampled with replacement, each round's chunk kept with
-    the unconstrained chunk of the same round, and the ratio of their summed tokens over
-    summed seconds read on each draw. How far the run's own chunk-to-chunk spread leaves the
-    ratio uncertain; None with fewer than three rounds."""
+    the unconstrained chunk of the same round (paired.ratio_interval). How far the run's own
+    chunk-to-chunk spread leaves the ratio uncertain; None with fewer than three rounds."""
     if free is None:
         return None
-    pairs = [
-        (a, b)
-        for a, b in zip(row.get("full_batch_chunks") or (), free.get("full_batch_chunks") or (), strict=False)
-        if a[1] and b[1]
-    ]
-    if len(pairs) < 3:
-        return None
-    rng = random.Random(seed)
-    ratios = []
-    for _ in range(draws):
-        pick = [pairs[rng.randrange(len(pairs))] for _ in pairs]
-        ours = sum(a[0] for a, _ in pick) / sum(a[1] for a, _ in pick)
-        theirs = sum(b[0] for _, b in pick) / sum(b[1] for _, b in pick)
-        ratios.append(ours / theirs if theirs else 0.0)
-    ratios.sort()
-    return ratios[int(0.025 * draws)], ratios[int(0.975 * draws) - 1]
+    chunks = zip(row.get("full_batch_chunks") or (), free.get("full_batch_chunks") or (), strict=False)
+    return paired.ratio_interval([((a[0], a[1]), (b[0], b[1])) for a, b in chunks], draws, seed)
 
 
 def intervals(rows: Sequence[Mapping[str, Any]]) -> dict[str, list[float]]:

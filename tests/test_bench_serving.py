@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import load_benchmark
 
 bench = load_benchmark("bench_serving")
@@ -74,8 +76,48 @@ def test_the_round_ratios_pair_each_round_of_a_level() -> None:
     """A level's tok/s per round is tokens over that round's wall time; callgate's rounds
     are set against vLLM's of the same round, level by level."""
     samples = [bench.Sample(0.1, (), 1.0, 64), bench.Sample(0.1, (), 1.0, 64)]
-    level = bench.summarise(16, samples, 2.0, rounds=(64.0, 66.0))
+    level = bench.summarise(16, samples, 2.0, windows=((64, 1.0), (66, 1.0)))
     assert level.out_tok_per_s == 64.0 and level.round_tok_per_s == (64.0, 66.0)
-    vllm = bench.summarise(16, samples, 2.0, rounds=(80.0, 60.0))
+    vllm = bench.summarise(16, samples, 2.0, windows=((80, 1.0), (60, 1.0)))
     assert bench.round_ratios({"callgate": [level], "vllm": [vllm]}) == {"16": [0.8, 1.1]}
     assert bench.round_ratios({"callgate": [level]}) == {}
+
+
+def test_a_level_interval_resamples_its_rounds_in_pairs() -> None:
+    """The interval brackets the level's ratio, widens with the rounds' spread, is the same
+    on every call, needs three rounds, and is read for the A/A control (vllm-b) alike."""
+    samples = [bench.Sample(0.1, (), 1.0, 64)]
+
+    def level(*tok_per_s: float) -> bench.Level:
+        return bench.summarise(4, samples, 1.0, windows=tuple((int(t), 1.0) for t in tok_per_s))
+
+    vllm = level(100, 100, 100, 100)
+    steady = {"callgate": [level(98, 99, 100, 101)], "vllm": [vllm], "vllm-b": [level(90, 110, 95, 105)]}
+    lo, hi = bench.intervals(steady)["4"]
+    assert 0.98 <= lo < 0.995 < hi <= 1.01
+    a_lo, a_hi = bench.intervals(steady, "vllm-b")["4"]
+    assert a_lo < lo and a_hi > hi  # the wider rounds' spread, the wider interval
+    assert bench.ratios(steady, "vllm-b") == {"4": 1.0}
+    assert bench.intervals(steady) == bench.intervals(steady)
+    short = {"callgate": [level(98, 99)], "vllm": [level(100, 100)]}
+    assert bench.intervals(short) == {} and bench.intervals({"callgate": [vllm]}) == {}
+
+
+def test_the_report_prints_and_draws_each_server_against_vllm(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With the A/A control, the ratio line and the chart's third panel carry callgate's and
+    vllm-b's ratios to vLLM with their intervals; the PNG is written."""
+    samples = [bench.Sample(0.1, (), 1.0, 64)]
+
+    def levels(*tok_per_s: float) -> list[bench.Level]:
+        windows = tuple((int(t), 1.0) for t in tok_per_s)
+        return [bench.summarise(c, samples, 1.0, windows=windows) for c in (1, 4, 16)]
+
+    results = {"callgate": levels(99, 101, 100), "vllm": levels(100, 100, 100), "vllm-b": levels(97, 103, 99)}
+    bench.print_ratios(results)
+    out = capsys.readouterr().out
+    assert "ratio callgate/vllm" in out and "ratio vllm-b/vllm" in out
+    assert "c=16: 1.0 [" in out and "(rounds 0.99, 1.01, 1.0)" in out
+    bench.chart(results, tmp_path / "serving.png", "test")
+    assert (tmp_path / "serving.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
