@@ -13,7 +13,8 @@ Per request (streamed, usage included): TTFT (first content byte), ITL (gaps bet
 streamed chunks), TPOT ((end - first) / (output tokens - 1)), output tokens from usage.
 Per level: p50/p90/p99 of each, requests/s and output tokens/s over the level's wall time.
 Both servers stay up; each level runs in interleaved rounds (callgate, vLLM, then vLLM,
-callgate, ...) so that load drift on a shared machine hits both alike. A warm-up
+callgate, ...; three servers: their six orders in turn) so that load drift on a shared
+machine and the place in a round hit every server alike. A warm-up
 (2 requests per server, not measured) comes first. Per level and server against vLLM: the
 ratio of output tok/s, each round's, and a 95 % bootstrap interval (rounds resampled in
 pairs, from 3 rounds). `--control` adds `vllm-b`, a second vLLM server started exactly as
@@ -39,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import os
 import platform
@@ -246,6 +248,15 @@ def summarise(
     )
 
 
+def round_orders(kinds: list[str], rounds: int) -> list[tuple[str, ...]]:
+    """The servers' order in each round: their permutations in turn (two servers: A B, B A,
+    A B, ...; three: every order once in six rounds, so each server runs first, second and
+    third alike). A first run of this benchmark with three servers in A B C, C B A order read
+    both outer servers 4 % below the middle one at one stream, two of them the same vLLM."""
+    orders = list(itertools.permutations(kinds))
+    return [orders[r % len(orders)] for r in range(rounds)]
+
+
 def bench(
     bases: dict[str, str],
     workloads: dict[int, list[tuple[list[dict[str, str]], list[int]]]],
@@ -253,7 +264,8 @@ def bench(
     rounds: int,
     shape: Shape,
 ) -> dict[str, list[Level]]:
-    """Every level on every server, interleaved A B B A ... so load drift hits both alike."""
+    """Every level on every server, in interleaved rounds (`round_orders`) so that load drift
+    and a server's place in the round hit every server alike."""
     for kind, base in bases.items():  # warm-up, not measured
         asyncio.run(run_batch(kind, base, next(iter(workloads.values()))[:2], 2, max_tokens, shape))
     results: dict[str, list[Level]] = {kind: [] for kind in bases}
@@ -262,8 +274,7 @@ def bench(
         wall: dict[str, float] = dict.fromkeys(bases, 0.0)
         cpu: dict[str, float] = dict.fromkeys(bases, 0.0)
         windows: dict[str, list[tuple[int, float]]] = {kind: [] for kind in bases}
-        for r in range(rounds):
-            order = list(bases) if r % 2 == 0 else list(reversed(bases))
+        for order in round_orders(list(bases), rounds):
             for kind in order:
                 port = bases[kind].rsplit(":", 1)[1]
                 before = servers.cpu_seconds(port)

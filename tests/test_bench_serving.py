@@ -121,3 +121,13 @@ def test_the_report_prints_and_draws_each_server_against_vllm(
     assert "c=16: 1.0 [" in out and "(rounds 0.99, 1.01, 1.0)" in out
     bench.chart(results, tmp_path / "serving.png", "test")
     assert (tmp_path / "serving.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_each_server_runs_in_every_place_of_the_round_alike() -> None:
+    """Two servers alternate A B, B A; three go through all six orders, so over six rounds
+    each is first, second and third twice."""
+    assert bench.round_orders(["callgate", "vllm"], 4) == [("callgate", "vllm"), ("vllm", "callgate")] * 2
+    orders = bench.round_orders(["callgate", "vllm", "vllm-b"], 6)
+    assert len(set(orders)) == 6
+    for kind in ("callgate", "vllm", "vllm-b"):
+        assert sorted(o.index(kind) for o in orders) == [0, 0, 1, 1, 2, 2]
