@@ -376,7 +376,8 @@ def chart(results: dict[str, list[Level]], path: Path, what: str = "SmolLM2-135M
         ys = list(ratio.values())
         lo = [max(0.0, y - spread[c][0]) if c in spread else 0.0 for c, y in ratio.items()]
         hi = [max(0.0, spread[c][1] - y) if c in spread else 0.0 for c, y in ratio.items()]
-        ax3.errorbar(xs, ys, yerr=[lo, hi], fmt="o", capsize=4, label=f"{kind} / vllm")
+        colour = f"C{list(results).index(kind)}"  # the server's colour in the other panels
+        ax3.errorbar(xs, ys, yerr=[lo, hi], fmt="o", capsize=4, color=colour, label=f"{kind} / vllm")
         ax3.set_xticks(range(len(ratio)), list(ratio))
     ax3.axhline(1.0, color="grey", lw=1, ls="--")
     ax3.set(xlabel="concurrency", ylabel="output tok/s ratio (95% CI)", title="against vLLM's server")
@@ -446,11 +447,37 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--log-dir", default=None, help="where the servers' logs go (default: a fresh temp folder)")
     p.add_argument("--chart", default=str(ROOT / "benchmarks" / "serving.png"))
     p.add_argument("--no-chart", action="store_true")
+    p.add_argument(
+        "--chart-from", default="", help="draw --chart from a run's output (its last JSON line); run nothing"
+    )
     return p.parse_args()
+
+
+def results_from(output: Path) -> tuple[dict[str, list[Level]], str]:
+    """A finished run's levels per server and its model's name, from its last JSON line."""
+    summary = json.loads(output.read_text(encoding="utf-8").strip().splitlines()[-1])
+    results = {}
+    for kind, levels in summary["results"].items():
+        results[kind] = [
+            Level(
+                **{
+                    **lv,
+                    "round_tok_per_s": tuple(lv["round_tok_per_s"]),
+                    "round_windows": tuple(map(tuple, lv["round_windows"])),
+                }
+            )
+            for lv in levels
+        ]
+    return results, Path(summary["model"]).name + (" + 12 agent tools, auto" if summary["tools"] else ", plain chat")
 
 
 def main() -> None:
     args = parse_args()
+    if args.chart_from:
+        results, what = results_from(Path(args.chart_from))
+        chart(results, Path(args.chart), what)
+        print(f"chart: {args.chart}")
+        return
     args.log_dir = args.log_dir or tempfile.mkdtemp(prefix="bench_serving-")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop the servers on the way out
     from callgate.serving.engines.model_asset import ASSETS, prepare

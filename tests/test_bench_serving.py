@@ -3,6 +3,8 @@ streamed token for TTFT, and the peer's command line (loopback, its own tool cal
 
 from __future__ import annotations
 
+import json
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -131,3 +133,18 @@ def test_each_server_runs_in_every_place_of_the_round_alike() -> None:
     assert len(set(orders)) == 6
     for kind in ("callgate", "vllm", "vllm-b"):
         assert sorted(o.index(kind) for o in orders) == [0, 0, 1, 1, 2, 2]
+
+
+def test_a_runs_json_line_gives_back_its_levels(tmp_path: Path) -> None:
+    """--chart-from reads the levels a run printed in its JSON line, intervals included."""
+    samples = [bench.Sample(0.1, (0.015,), 1.0, 64)]  # no NaN percentiles (NaN != NaN)
+    windows = ((64, 1.0), (66, 1.1), (63, 0.9))
+    results = {k: [bench.summarise(4, samples, 1.0, windows=windows)] for k in ("callgate", "vllm")}
+    line = json.dumps(
+        {"model": "/m/qwen", "tools": 0, "results": {k: [asdict(lv) for lv in v] for k, v in results.items()}}
+    )
+    out = tmp_path / "run.txt"
+    out.write_text("table\n" + line + "\n", encoding="utf-8")
+    back, what = bench.results_from(out)
+    assert back == results and what == "qwen, plain chat"
+    assert bench.intervals(back) == bench.intervals(results)
