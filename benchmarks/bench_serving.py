@@ -94,8 +94,12 @@ class Level:
     tpot_ms: dict[str, float]
     itl_ms: dict[str, float]
     cpu_ms_per_token: float  # the server's processes' CPU time (API and engine core) per output token
-    round_tok_per_s: tuple[float, ...] = ()  # output tok/s of each interleaved round, in run order
-    round_windows: tuple[tuple[int, float], ...] = ()  # (output tokens, wall seconds) of each round
+    round_windows: tuple[tuple[int, float], ...] = ()  # (output tokens, wall seconds) of each round, in run order
+
+    @property
+    def round_tok_per_s(self) -> tuple[float, ...]:
+        """Output tok/s of each interleaved round."""
+        return tuple(round(tokens / seconds, 2) for tokens, seconds in self.round_windows)
 
 
 def workload(n: int, seed: int) -> list[list[dict[str, str]]]:
@@ -243,7 +247,6 @@ def summarise(
         percentiles(tpot),
         percentiles([g for s in samples for g in s.itl_s]),
         round(1000 * cpu_s / out, 3) if out else 0.0,
-        tuple(round(tokens / seconds, 2) for tokens, seconds in windows),
         tuple((tokens, round(seconds, 4)) for tokens, seconds in windows),
     )
 
@@ -457,18 +460,23 @@ def results_from(output: Path) -> tuple[dict[str, list[Level]], str]:
     """A finished run's levels per server and its model's name, from its last JSON line."""
     summary = json.loads(output.read_text(encoding="utf-8").strip().splitlines()[-1])
     results = {}
+    known = Level.__dataclass_fields__.keys()  # a line from before round_tok_per_s was derived also carries it
     for kind, levels in summary["results"].items():
         results[kind] = [
             Level(
                 **{
-                    **lv,
-                    "round_tok_per_s": tuple(lv["round_tok_per_s"]),
+                    **{k: v for k, v in lv.items() if k in known},
                     "round_windows": tuple(map(tuple, lv["round_windows"])),
                 }
             )
             for lv in levels
         ]
-    return results, Path(summary["model"]).name + (" + 12 agent tools, auto" if summary["tools"] else ", plain chat")
+    return results, run_name(Path(summary["model"]), summary["tools"])
+
+
+def run_name(folder: Path, tools: int) -> str:
+    """The chart's name for a run: the model folder's and the workload's."""
+    return folder.name + (f" + {tools} agent tools, auto" if tools else ", plain chat")
 
 
 def main() -> None:
@@ -498,13 +506,14 @@ def main() -> None:
         convs = workload(n, SEED + i)
         workloads[conc] = [(m, tokenizer.encode(render(fmt, m, list(tools) or None))) for m in convs]
     with ExitStack() as stack:
-        kinds = args.servers.split(",") + ([CONTROL] if args.control and CONTROL not in args.servers else [])
+        kinds = args.servers.split(",")
+        kinds += [CONTROL] if args.control and CONTROL not in kinds else []
         bases = {kind: stack.enter_context(running_server(kind, folder, args)) for kind in kinds}
         results = bench(bases, workloads, args.max_tokens, args.rounds, shape)
     print_table(results)
     print_ratios(results)
     if not args.no_chart:
-        chart(results, Path(args.chart), folder.name + (" + 12 agent tools, auto" if tools else ", plain chat"))
+        chart(results, Path(args.chart), run_name(folder, len(tools)))
         print(f"chart: {args.chart}")
     summary = {
         "benchmark": "serving",
