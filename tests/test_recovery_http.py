@@ -39,7 +39,7 @@ def native_call(fmt: str, arguments: dict[str, Any] = OSLO) -> str:
     return text.removesuffix(get_format(fmt).eos)
 
 
-_CLIENTS: dict[int, Any] = {}  # one official client per server, closed with it
+_CLIENTS: dict[int, Any] = {}  # one official client per server (the server closes it)
 
 
 @pytest.fixture
@@ -56,7 +56,7 @@ def serve() -> Iterator[Callable[..., Server]]:
 
     yield start
     for server in servers:
-        _CLIENTS.pop(id(server)).close()
+        _CLIENTS.pop(id(server))  # the server closes it
         server.__exit__()
 
 

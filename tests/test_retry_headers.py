@@ -65,7 +65,8 @@ def requests_seen(server: Server, status: int, route: str = "/v1/chat/completion
 
 def retrying_client(server: Server) -> Any:
     """The official client with its default retry policy (2 retries)."""
-    return openai.OpenAI(base_url=server.url + "/v1", api_key="none", timeout=20)
+    client: Any = server.client(max_retries=openai.DEFAULT_MAX_RETRIES)
+    return client
 
 
 def test_the_client_does_not_retry_a_502(serve: Callable[..., Server]) -> None:

@@ -36,8 +36,8 @@ CALL = call_text("get_weather", {"city": "Oslo", "days": 3})
 _OPEN: list[Any] = []  # every client a test made, closed when it ends (no socket left to the GC)
 
 
-def _client(server: Server, api_key: str = "none") -> Any:
-    client = anthropic.Anthropic(base_url=server.url, api_key=api_key, max_retries=0, timeout=20)
+def _client(server: Server, api_key: str = "none", **kw: Any) -> Any:
+    client = anthropic.Anthropic(base_url=server.url, api_key=api_key, max_retries=0, timeout=20, **kw)
     _OPEN.append(client)
     return client
 
@@ -325,7 +325,7 @@ def test_api_key_in_x_api_key_or_bearer(serve: Callable[..., Server]) -> None:
         _client(server, api_key="sekrit").messages.create(model=MODEL, max_tokens=10, messages=ASK).content[0].text
         == "ok"
     )
-    bearer = anthropic.Anthropic(base_url=server.url, auth_token="sekrit", max_retries=0)
+    bearer = _client(server, api_key=None, auth_token="sekrit")
     assert bearer.messages.create(model=MODEL, max_tokens=10, messages=ASK).content[0].text == "ok"
     counted = httpx.post(
         server.url + "/v1/messages/count_tokens",

@@ -37,6 +37,7 @@ class Server:
         config = uvicorn.Config(self.app, log_level="warning", ws="none", lifespan="on", timeout_graceful_shutdown=2)
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._sock]}, daemon=True)
+        self._clients: list[Any] = []  # closed on exit: no client socket is left for the GC to find later
 
     def __enter__(self) -> Server:
         self._thread.start()
@@ -47,13 +48,19 @@ class Server:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        while self._clients:
+            self._clients.pop().close()
         self._server.should_exit = True
         self._thread.join(timeout=10)
         self._sock.close()
 
-    def client(self, api_key: str = "none", **kw: Any) -> Any:
-        """The official client (typed Any: these tests send dict messages, not TypedDicts)."""
-        return openai.OpenAI(base_url=self.url + "/v1", api_key=api_key, max_retries=0, timeout=20, **kw)
+    def client(self, api_key: str = "none", max_retries: int = 0, **kw: Any) -> Any:
+        """The official client (typed Any: these tests send dict messages, not TypedDicts), closed
+        with the server: an unclosed one leaves its socket to a later garbage collection, whose
+        ResourceWarning pytest then pins on whichever test is running."""
+        client = openai.OpenAI(base_url=self.url + "/v1", api_key=api_key, max_retries=max_retries, timeout=20, **kw)
+        self._clients.append(client)
+        return client
 
     def in_flight(self) -> int:
         n: int = self.app.state.service.admission.in_flight
