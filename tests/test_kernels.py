@@ -196,22 +196,6 @@ def test_trusted_rows_mask_exactly_what_the_checked_call_masks(dtype: torch.dtyp
         kernels.apply_token_bitmask_rows(logits, bitmask.to(torch.int64), torch.tensor([1]))
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("vocab", VOCABS)
-def test_the_pointer_entry_masks_each_row_with_its_own_array(vocab: int, dtype: torch.dtype) -> None:
-    """`cpu.pointer_kernels`: one mask array per row, anywhere in memory, in any row order
-    (a processor's cached state rows): the reference's bits on the selected rows only."""
-    logits, bitmask = random_case(8, vocab, dtype, seed=5)
-    selected = [6, 1, 3]
-    want = expected(logits, bitmask, sorted(selected))
-    kept = [bitmask[r].numpy().copy() for r in selected]  # separate arrays, as a cache holds them
-    addresses = np.array([m.ctypes.data for m in kept], dtype=np.int64)
-    rows = np.array(selected, dtype=np.int64)
-    fn = cpu.pointer_kernels()[dtype]
-    fn(logits.data_ptr(), logits.stride(0), addresses.ctypes.data, rows.ctypes.data, 3, vocab, words(vocab))
-    assert same_bits(logits, want)
-
-
 def test_strided_rows_are_masked_in_place() -> None:
     base = torch.randn(4, 200)
     logits = base[:, :100]  # row stride 200, unit stride along the vocabulary

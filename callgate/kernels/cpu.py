@@ -29,9 +29,9 @@ import torch
 from callgate.kernels.launcher import MaskCall, Rows, check_call
 from callgate.kernels.native import NativeUnavailable, compile_library
 
-# One body per lane width; `keep` is all ones where the token is allowed. Two entries
-# share it: rows of one bitmask matrix (`rows` given when only some rows are constrained,
-# else the identity), and one mask pointer per row (`_ptrs`: masks kept elsewhere).
+# One body per lane width; `keep` is all ones where the token is allowed. The entry masks
+# rows of one bitmask matrix (`rows` given when only some rows are constrained, else the
+# identity).
 _SOURCE = r"""
 #include <stdint.h>
 #if defined(__AVX512F__) && defined(__AVX512BW__)
@@ -130,12 +130,6 @@ void NAME(T *restrict logits, int64_t row_stride, const uint32_t *restrict mask,
     int64_t r = rows ? rows[i] : i;                                                       \
     NAME##_row(logits + r * row_stride, mask + r * mask_stride, vocab, n_words);          \
   }                                                                                       \
-}                                                                                         \
-void NAME##_ptrs(T *restrict logits, int64_t row_stride,                                  \
-                 const uint32_t *const *restrict masks, const int64_t *restrict rows,     \
-                 int64_t n_rows, int64_t vocab, int64_t n_words) {                        \
-  for (int64_t i = 0; i < n_rows; i++)                                                    \
-    NAME##_row(logits + rows[i] * row_stride, masks[i], vocab, n_words);                  \
 }
 MASK_FN(callgate_mask_f32, int32_t, uint32_t, 0xFF800000u)
 MASK_FN(callgate_mask_f16, int16_t, uint16_t, 0xFC00u)
@@ -198,36 +192,20 @@ def row_kernels() -> dict[torch.dtype, Any]:
     return _functions()
 
 
-def pointer_kernels() -> dict[torch.dtype, Any]:
-    """For a caller that keeps each row's mask in an array of its own (a constraint
-    processor whose masks are cached per grammar state): per logits dtype, the C function
-
-        fn(logits_ptr, row_stride, masks_ptr, rows_ptr, n_rows, vocab, n_words)
-
-    that masks logits row `rows[i]` with the `n_words` words at address `masks[i]`
-    (masks_ptr: n_rows int64 addresses; rows_ptr: n_rows int64 rows). Unchecked: the
-    caller makes every check `check_call` makes (dtype, 2-D logits with unit stride, rows
-    below the batch size) and keeps the mask arrays alive through the call. Nothing is
-    copied and no torch op runs: in vLLM's engine process, where the model's forward pass
-    has just evicted every cache, a torch slice and the checks cost tens of microseconds
-    per step. Raises CpuKernelUnavailable."""
-    return _functions(True)
-
-
 @functools.cache
-def _functions(pointers: bool = False) -> dict[torch.dtype, Any]:
-    return entry_points(_library(), pointers)
+def _functions() -> dict[torch.dtype, Any]:
+    return entry_points(_library())
 
 
-def entry_points(library: ctypes.CDLL, pointers: bool = False) -> dict[torch.dtype, Any]:
-    """Per logits dtype, the library's checked-call entry (or its pointer entry): for a
-    library built from `_SOURCE` with other flags (tests build the portable loop too)."""
+def entry_points(library: ctypes.CDLL) -> dict[torch.dtype, Any]:
+    """Per logits dtype, the library's checked-call entry: for a library built from
+    `_SOURCE` with other flags (tests build the portable loop too)."""
     # argtypes let ctypes take plain ints: about a microsecond less per call than wrapping.
     ptr, i64 = ctypes.c_void_p, ctypes.c_int64
     table: dict[torch.dtype, Any] = {}
     for dtype, name in _SYMBOLS.items():
-        fn = getattr(library, f"{name}_ptrs" if pointers else name)
-        fn.argtypes = (ptr, i64, ptr, ptr, i64, i64, i64) if pointers else (ptr, i64, ptr, i64, ptr, i64, i64, i64)
+        fn = getattr(library, name)
+        fn.argtypes = (ptr, i64, ptr, i64, ptr, i64, i64, i64)
         fn.restype = None
         table[dtype] = fn
     return table
