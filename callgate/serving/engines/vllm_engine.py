@@ -93,9 +93,13 @@ class VllmEngine:
 
         log.info("starting vLLM on %s (imported in %.1f s)", config.model, time.perf_counter() - started)
         args = AsyncEngineArgs(**engine_arguments(config), logits_processors=logits_processor_classes())
-        llm = AsyncLLM.from_engine_args(args)
+        tokenizer = HfTokenizer(config.model)
+        # the AsyncLLM is never a local of this frame: a library that keeps an exception
+        # raised below here keeps this frame with its locals (through f_back), and an
+        # AsyncLLM kept so is shut down again at interpreter exit, where its __del__ fails
+        engine = cls(AsyncLLM.from_engine_args(args), tokenizer, config)
         log.info("vLLM ready in %.1f s", time.perf_counter() - started)
-        return cls(llm, HfTokenizer(config.model), config)
+        return engine
 
     @property
     def tokenizer(self) -> HfTokenizer:
