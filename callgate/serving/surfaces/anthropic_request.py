@@ -22,9 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
-
-from callgate.errors import InvalidRequestError, PayloadTooLargeError
+from callgate.errors import InvalidRequestError
 from callgate.formats import get_format
 from callgate.serving.settings import Limits
 from callgate.serving.surfaces.anthropic_wire import (
@@ -38,7 +36,7 @@ from callgate.serving.surfaces.anthropic_wire import (
     ToolUseBlockWire,
 )
 from callgate.serving.surfaces.protocol import ChatRequest, parse_chat_request
-from callgate.serving.surfaces.protocol_wire import wire_error
+from callgate.serving.surfaces.protocol_wire import read_wire
 
 TOOL_USE_PREFIX = "toolu_"
 _CALL_PREFIX = "call_"
@@ -55,8 +53,7 @@ class MessagesRequest:
 
 def parse_messages_request(body: bytes, limits: Limits, fmt: str) -> MessagesRequest:
     """A /v1/messages body -> MessagesRequest. Raises InvalidRequestError (400) / PayloadTooLargeError (413)."""
-    wire = _validate(MessagesWire, body, limits)
-    assert isinstance(wire, MessagesWire)
+    wire = read_wire(MessagesWire, body, limits.max_body_bytes)
     if wire.thinking and wire.thinking.type == "enabled":
         budget = wire.thinking.budget_tokens
         if budget is None or budget >= wire.max_tokens:
@@ -78,8 +75,7 @@ def parse_messages_request(body: bytes, limits: Limits, fmt: str) -> MessagesReq
 
 def parse_count_tokens_request(body: bytes, limits: Limits, fmt: str) -> ChatRequest:
     """A /v1/messages/count_tokens body -> ChatRequest (no max_tokens: only the prompt counts)."""
-    wire = _validate(CountTokensWire, body, limits)
-    assert isinstance(wire, CountTokensWire)
+    wire = read_wire(CountTokensWire, body, limits.max_body_bytes)
     return _chat_request(_conversation(wire, fmt), limits)
 
 
@@ -98,15 +94,6 @@ def internal_call_id(use_id: str, fmt: str) -> str:
     if ids is not None and re.fullmatch(ids.pattern, rest):
         return rest
     return _CALL_PREFIX + rest
-
-
-def _validate(model: type[BaseModel], body: bytes, limits: Limits) -> BaseModel:
-    if len(body) > limits.max_body_bytes:
-        raise PayloadTooLargeError(f"request body is {len(body)} bytes; the limit is {limits.max_body_bytes}")
-    try:
-        return model.model_validate_json(body)
-    except ValidationError as exc:
-        raise wire_error(exc) from None
 
 
 def _chat_request(openai: dict[str, Any], limits: Limits) -> ChatRequest:

@@ -16,13 +16,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
-from callgate.errors import InvalidRequestError, PayloadTooLargeError
+from callgate.errors import InvalidRequestError
 from callgate.serving.settings import Limits
 from callgate.serving.surfaces.protocol_checks import check_stop
 from callgate.serving.surfaces.protocol_request import parse_logit_bias
-from callgate.serving.surfaces.protocol_wire import LogitBiasWire, StreamOptionsWire, wire_error
+from callgate.serving.surfaces.protocol_wire import LogitBiasWire, StreamOptionsWire, read_wire
 
 TokenIds = list[Annotated[int, Field(ge=0)]]
 
@@ -82,12 +82,7 @@ class CompletionRequest:
 
 def parse_completion_request(body: bytes, limits: Limits) -> CompletionRequest:
     """Raw body -> CompletionRequest. Raises InvalidRequestError (400) / PayloadTooLargeError (413)."""
-    if len(body) > limits.max_body_bytes:
-        raise PayloadTooLargeError(f"request body is {len(body)} bytes; the limit is {limits.max_body_bytes}")
-    try:
-        wire = CompletionWire.model_validate_json(body)
-    except ValidationError as exc:
-        raise wire_error(exc) from None
+    wire = read_wire(CompletionWire, body, limits.max_body_bytes)
     _refuse_unsupported(wire)
     if wire.max_tokens is not None and wire.max_tokens > limits.max_tokens:
         raise InvalidRequestError(

@@ -16,10 +16,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import ValidationError
-
 from callgate.call_plan import CallPlan
-from callgate.errors import InvalidRequestError, PayloadTooLargeError
+from callgate.errors import InvalidRequestError
 from callgate.serving.settings import Limits
 from callgate.serving.surfaces.protocol_checks import (
     ToolChoice,
@@ -35,7 +33,7 @@ from callgate.serving.surfaces.protocol_wire import (
     LogitBiasWire,
     QuickWire,
     TemplateKwargsWire,
-    wire_error,
+    read_wire,
 )
 
 
@@ -113,12 +111,7 @@ class ChatRequest:
 
 def parse_chat_request(body: bytes, limits: Limits) -> ChatRequest:
     """Raw body -> ChatRequest. Raises InvalidRequestError (400) / PayloadTooLargeError (413)."""
-    if len(body) > limits.max_body_bytes:
-        raise PayloadTooLargeError(f"request body is {len(body)} bytes; the limit is {limits.max_body_bytes}")
-    try:
-        wire = ChatCompletionWire.model_validate_json(body)
-    except ValidationError as exc:
-        raise wire_error(exc) from None
+    wire = read_wire(ChatCompletionWire, body, limits.max_body_bytes)
     return _to_request(wire, limits)
 
 
@@ -158,7 +151,7 @@ def _to_request(wire: ChatCompletionWire, limits: Limits) -> ChatRequest:
         reasoning_effort=wire.reasoning_effort,
         thinking=bool(kwargs.enable_thinking or kwargs.thinking),
         plan=call_plan(tools, tool_choice, wire.parallel_tool_calls, response_format),
-        thinking_switch=_thinking_switch(kwargs),
+        thinking_switch=thinking_switch(kwargs),
         presence_penalty=wire.presence_penalty or 0.0,
         frequency_penalty=wire.frequency_penalty or 0.0,
         repetition_penalty=1.0 if wire.repetition_penalty is None else wire.repetition_penalty,
@@ -229,7 +222,11 @@ def check_token_ids(ids: Iterable[int], vocab_size: int, param: str) -> None:
         )
 
 
-def _thinking_switch(kwargs: TemplateKwargsWire) -> ThinkingSwitch | None:
+def thinking_switch(kwargs: TemplateKwargsWire | None) -> ThinkingSwitch | None:
+    """`chat_template_kwargs`' thinking switch (`enable_thinking` or `thinking`; 400 when both
+    are given and disagree); None when neither is."""
+    if kwargs is None:
+        return None
     if kwargs.enable_thinking is not None and kwargs.thinking is not None and kwargs.enable_thinking != kwargs.thinking:
         raise InvalidRequestError(
             "chat_template_kwargs: enable_thinking and thinking disagree", param="chat_template_kwargs"
@@ -260,12 +257,7 @@ _LABEL_TASKS = ("authority", "domain")
 
 def parse_quick_request(body: bytes, limits: Limits) -> QuickRequest:
     """Raw body -> QuickRequest. Raises InvalidRequestError (400) / PayloadTooLargeError (413)."""
-    if len(body) > limits.max_body_bytes:
-        raise PayloadTooLargeError(f"request body is {len(body)} bytes; the limit is {limits.max_body_bytes}")
-    try:
-        wire = QuickWire.model_validate_json(body)
-    except ValidationError as exc:
-        raise wire_error(exc) from None
+    wire = read_wire(QuickWire, body, limits.max_body_bytes)
     if len(wire.tasks) > limits.max_quick_tasks:
         raise InvalidRequestError(f"tasks: at most {limits.max_quick_tasks} tasks", param="tasks")
     labels: dict[str, tuple[str, ...]] = {}
@@ -285,5 +277,5 @@ def parse_quick_request(body: bytes, limits: Limits) -> QuickRequest:
         labels=labels,
         reasoning_effort=wire.reasoning_effort,
         thinking=bool(kwargs.enable_thinking or kwargs.thinking),
-        thinking_switch=_thinking_switch(kwargs),
+        thinking_switch=thinking_switch(kwargs),
     )

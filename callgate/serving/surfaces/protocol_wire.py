@@ -13,11 +13,11 @@ validators.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from callgate.errors import InvalidRequestError
+from callgate.errors import InvalidRequestError, PayloadTooLargeError
 
 
 class _Wire(BaseModel):
@@ -132,6 +132,20 @@ class QuickWire(_Wire):
     labels: dict[str, list[str]] | None = None  # label sets of authority / domain for this request
     reasoning_effort: Literal["none", "minimal", "low", "medium", "high", "max"] | None = None
     chat_template_kwargs: TemplateKwargsWire | None = None
+
+
+W = TypeVar("W", bound=BaseModel)
+
+
+def read_wire(model: type[W], body: bytes, max_body_bytes: int) -> W:
+    """A raw request body as `model`, every surface's first step: 413 over `max_body_bytes`,
+    400 (`wire_error`) when it does not validate."""
+    if len(body) > max_body_bytes:
+        raise PayloadTooLargeError(f"request body is {len(body)} bytes; the limit is {max_body_bytes}")
+    try:
+        return model.model_validate_json(body)
+    except ValidationError as exc:
+        raise wire_error(exc) from None
 
 
 def wire_error(exc: ValidationError) -> InvalidRequestError:

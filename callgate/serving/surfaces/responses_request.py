@@ -20,18 +20,18 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from callgate.errors import InvalidRequestError, PayloadTooLargeError
+from callgate.errors import InvalidRequestError
 from callgate.serving.settings import Limits
 from callgate.serving.surfaces.protocol_checks import ToolChoice, check_response_format, check_tool_choice, check_tools
-from callgate.serving.surfaces.protocol_request import ChatRequest, ThinkingSwitch, call_plan
+from callgate.serving.surfaces.protocol_request import ChatRequest, ThinkingSwitch, call_plan, thinking_switch
 from callgate.serving.surfaces.protocol_wire import (
     CallgateExtensionWire,
     FunctionWire,
     NamedFunctionWire,
     NamedToolChoiceWire,
     ResponseFormatWire,
-    TemplateKwargsWire,
     ToolWire,
+    read_wire,
     wire_error,
 )
 from callgate.serving.surfaces.responses_input import Item, read_items, to_messages
@@ -108,12 +108,7 @@ class ResponsesRequest:
 
 def parse_responses_request(body: bytes, limits: Limits) -> ResponsesRequest:
     """Raw body -> ResponsesRequest. Raises InvalidRequestError (400) / PayloadTooLargeError (413)."""
-    if len(body) > limits.max_body_bytes:
-        raise PayloadTooLargeError(f"request body is {len(body)} bytes; the limit is {limits.max_body_bytes}")
-    try:
-        wire = ResponsesWire.model_validate_json(body)
-    except ValidationError as exc:
-        raise wire_error(exc) from None
+    wire = read_wire(ResponsesWire, body, limits.max_body_bytes)
     if wire.top_logprobs:
         raise InvalidRequestError(
             "top_logprobs: log probabilities are not returned by callgate",
@@ -152,7 +147,7 @@ def parse_responses_request(body: bytes, limits: Limits) -> ResponsesRequest:
         response_format=_response_format(fmt, limits),
         reasoning_effort=wire.reasoning.effort if wire.reasoning else None,
         user=wire.safety_identifier or wire.user,
-        thinking_switch=_thinking_switch(wire.chat_template_kwargs),
+        thinking_switch=thinking_switch(wire.chat_template_kwargs),
         max_repairs=ext.max_repairs,
         quick=tuple(ext.quick),
         recover_calls=ext.recover_calls,
@@ -270,20 +265,6 @@ def _response_format(fmt: TextFormatWire | None, limits: Limits) -> Mapping[str,
     except InvalidRequestError as exc:
         err = _renamed(exc, "response_format.json_schema.schema", "text.format.schema")
         raise _renamed(err, "response_format", "text.format.schema") from None
-
-
-def _thinking_switch(kwargs: TemplateKwargsWire | None) -> ThinkingSwitch | None:
-    if kwargs is None:
-        return None
-    if kwargs.enable_thinking is not None and kwargs.thinking is not None and kwargs.enable_thinking != kwargs.thinking:
-        raise InvalidRequestError(
-            "chat_template_kwargs: enable_thinking and thinking disagree", param="chat_template_kwargs"
-        )
-    if kwargs.enable_thinking is not None:
-        return ThinkingSwitch("enable_thinking", kwargs.enable_thinking)
-    if kwargs.thinking is not None:
-        return ThinkingSwitch("thinking", kwargs.thinking)
-    return None
 
 
 def _echo(wire: ResponsesWire) -> dict[str, Any]:
