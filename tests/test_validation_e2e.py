@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -18,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from callgate.serving.handoff.audit import read_records
-from tests.test_e2e_serving import ASK_WEATHER, WEATHER, free_port, wait_until_healthy
+from tests.test_e2e_serving import ASK_WEATHER, WEATHER, serving
 from tests.validator_app import received, running_validator
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -42,23 +40,11 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     folder = tmp_path_factory.mktemp("repair")
     token, audit_path, log_path = uuid.uuid4().hex, folder / "audit.jsonl", folder / "server.log"
     with running_validator() as (validator_base, _):
-        port = free_port()
-        cmd = [sys.executable, "-m", "callgate", "serve", "--port", str(port), "--served-model-name", MODEL_NAME]
-        cmd += ["--max-num-seqs", "2", "--max-queue", "2", "--max-model-len", "2048", "--cpu-threads", "2"]
-        cmd += ["--validator-url", f"{validator_base}/reject-first-then-accept/{token}", "--audit-log", str(audit_path)]
-        with open(log_path, "wb") as log:
-            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=Path(__file__).parent.parent)
-            try:
-                base = f"http://127.0.0.1:{port}"
-                wait_until_healthy(proc, base, log_path)
-                yield Served(base, validator_base, token, audit_path)
-            finally:
-                proc.terminate()
-                try:
-                    proc.wait(timeout=60)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+        args = ["--served-model-name", MODEL_NAME, "--max-num-seqs", "2", "--max-queue", "2"]
+        args += ["--max-model-len", "2048", "--cpu-threads", "2", "--audit-log", str(audit_path)]
+        args += ["--validator-url", f"{validator_base}/reject-first-then-accept/{token}"]
+        with serving(args, log_path) as base:
+            yield Served(base, validator_base, token, audit_path)
 
 
 def test_rejected_call_is_repaired_by_the_model(served: Served) -> None:
