@@ -12,16 +12,16 @@ from __future__ import annotations
 
 import anyio
 from fastapi import APIRouter, Request, Response
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse
 
 from callgate.serving.chat import ChatService
 from callgate.serving.conform import conform_chat
 from callgate.serving.prompt import build_prompt
-from callgate.serving.surfaces import anthropic_response, sse
+from callgate.serving.surfaces import anthropic_response
 from callgate.serving.surfaces.anthropic_request import parse_count_tokens_request, parse_messages_request
 from callgate.serving.surfaces.anthropic_wire import CountTokensWire, MessagesWire
 from callgate.serving.surfaces.protocol import openapi_body
-from callgate.serving.surfaces.routes import _check_served, _read_body, _unless_disconnected
+from callgate.serving.surfaces.routes import _check_served, _read_body, reply
 
 PATH_PREFIX = "/v1/messages"
 
@@ -43,20 +43,13 @@ def build_messages_router(service: ChatService) -> APIRouter:
         _check_served(req.model, settings.model_name)
         extra = {"ignored_tools": list(parsed.ignored_tools)} if parsed.ignored_tools else None
         turn = await service.start(req)
-        if req.stream:
-            return StreamingResponse(
-                anthropic_response.stream(turn, service.events(turn), extra),
-                media_type=sse.MEDIA_TYPE,
-                headers=sse.HEADERS,
-                background=sse.after(turn.close),
-            )
-        try:
-            result = await _unless_disconnected(request, anthropic_response.message(turn, service.events(turn), extra))
-        finally:
-            turn.close()
-        if result is None:
-            return Response(status_code=499)
-        return JSONResponse(result)
+        return await reply(
+            request,
+            req.stream,
+            lambda: anthropic_response.stream(turn, service.events(turn), extra),
+            lambda: anthropic_response.message(turn, service.events(turn), extra),
+            turn.close,
+        )
 
     @router.post(PATH_PREFIX + "/count_tokens", openapi_extra=openapi_body(CountTokensWire))
     async def count_tokens(request: Request) -> JSONResponse:

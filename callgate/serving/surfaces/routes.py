@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import anyio
@@ -52,20 +52,9 @@ def build_router(service: ChatService, metrics: Metrics) -> APIRouter:
         actor = resolve_actor(req.actor, request.headers.get(ACTOR_HEADER), trust_header=settings.trust_actor_header)
         req = dataclasses.replace(req, actor=actor)
         turn = await service.start(req)
-        if req.stream:
-            return StreamingResponse(
-                service.stream(turn),
-                media_type=sse.MEDIA_TYPE,
-                headers=sse.HEADERS,
-                background=sse.after(turn.close),
-            )
-        try:
-            result = await _unless_disconnected(request, service.complete(turn))
-        finally:
-            turn.close()
-        if result is None:
-            return Response(status_code=499)
-        return JSONResponse(result)
+        return await reply(
+            request, req.stream, lambda: service.stream(turn), lambda: service.complete(turn), turn.close
+        )
 
     @router.post("/v1/completions", openapi_extra=openapi_body(CompletionWire))
     async def text_completions(request: Request) -> Response:
@@ -73,20 +62,9 @@ def build_router(service: ChatService, metrics: Metrics) -> APIRouter:
         req = parse_completion_request(body, settings.limits)
         _check_served(req.model, settings.model_name)
         job = await completions.start(req)
-        if req.stream:
-            return StreamingResponse(
-                completions.stream(job),
-                media_type=sse.MEDIA_TYPE,
-                headers=sse.HEADERS,
-                background=sse.after(job.close),
-            )
-        try:
-            result = await _unless_disconnected(request, completions.complete(job))
-        finally:
-            job.close()
-        if result is None:
-            return Response(status_code=499)
-        return JSONResponse(result)
+        return await reply(
+            request, req.stream, lambda: completions.stream(job), lambda: completions.complete(job), job.close
+        )
 
     @router.post("/v1/quick", openapi_extra=openapi_body(QuickWire))
     async def quick(request: Request) -> Response:
@@ -149,6 +127,27 @@ async def _read_body(request: Request, limit_bytes: int) -> bytes:
             raise PayloadTooLargeError(f"request body exceeds the limit of {limit_bytes} bytes")
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+async def reply(
+    request: Request,
+    stream: bool,
+    events: Callable[[], AsyncIterator[bytes]],
+    complete: Callable[[], Awaitable[dict[str, Any]]],
+    close: Callable[[], None],
+) -> Response:
+    """A started generation's response: its `events` as server-sent events (`close` once
+    the stream ends), or the `complete` JSON body (`close` once it is built; 499 when the
+    client left first)."""
+    if stream:
+        return StreamingResponse(events(), media_type=sse.MEDIA_TYPE, headers=sse.HEADERS, background=sse.after(close))
+    try:
+        result = await _unless_disconnected(request, complete())
+    finally:
+        close()
+    if result is None:
+        return Response(status_code=499)
+    return JSONResponse(result)
 
 
 async def _unless_disconnected(request: Request, work: Awaitable[dict[str, Any]]) -> dict[str, Any] | None:
