@@ -4,6 +4,7 @@ by a scripted FakeEngine: answers, streams, errors, concurrency, and disconnects
 from __future__ import annotations
 
 import json
+import logging
 import re
 import socket
 import threading
@@ -266,3 +267,31 @@ def test_queue_full_and_validator_down(serve: Callable[..., Server]) -> None:
         client.chat.completions.create(model=MODEL, messages=ASK, tools=[WEATHER])
     assert down.value.status_code == 503 and isinstance(down.value.body, dict)
     assert down.value.body["type"] == "validator_unavailable"
+
+
+def _status_count(server: Server, route: str, status: int) -> int:
+    text = httpx.get(server.url + "/metrics", timeout=5).text
+    found = re.search(rf'^callgate_requests_total\{{route="{re.escape(route)}",status="{status}"\}} (\S+)$', text, re.M)
+    return 0 if found is None else int(float(found.group(1)))
+
+
+POST_ROUTES = ("/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/messages", "/v1/messages/count_tokens")
+
+
+@pytest.mark.parametrize("route", [*POST_ROUTES, "/v1/quick"])
+def test_a_client_gone_while_sending_its_body_is_a_499_not_an_error(
+    serve: Callable[..., Server], route: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """QA's case: Content-Length 1000, ten bytes sent, the socket closed. The client left
+    (499, as after the body), not a server failure (500 and an ERROR traceback)."""
+    server = serve(respond=lambda req: "ok")
+    host, port = server.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port))) as sock:
+        head = f"POST {route} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+        head += "Content-Length: 1000\r\n\r\n"
+        sock.sendall(head.encode() + b'{"model":')
+    _wait_for(lambda: _status_count(server, route, 499) == 1)
+    assert _status_count(server, route, 500) == 0
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
+    done = server.client().chat.completions.create(model=MODEL, messages=ASK)  # and the server serves on
+    assert done.choices[0].message.content == "ok"

@@ -21,6 +21,7 @@ from typing import Any
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from callgate.errors import AuthenticationError, CallgateError, ShuttingDownError
@@ -161,6 +162,12 @@ def _install_error_handlers(app: FastAPI) -> None:
         assert isinstance(exc, HTTPException)
         return _error(CallgateError.for_status(exc.status_code, str(exc.detail)), request.url.path)
 
+    async def client_gone(request: Request, exc: Exception) -> Response:
+        # the client closed its connection before its body arrived: nothing failed here,
+        # and nobody reads the answer; counted 499, as a client that leaves later is
+        log.info("client disconnected while sending its request to %s", request.url.path)
+        return Response(status_code=499)
+
     async def unexpected(request: Request, exc: Exception) -> Response:
         log.exception("unhandled error on %s", request.url.path)
         return _error(CallgateError("internal server error", code="internal_error"), request.url.path)
@@ -168,6 +175,7 @@ def _install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(CallgateError, callgate_error)
     app.add_exception_handler(ChatFailure, chat_failure)
     app.add_exception_handler(HTTPException, http_error)
+    app.add_exception_handler(ClientDisconnect, client_gone)
     app.add_exception_handler(Exception, unexpected)
 
 
