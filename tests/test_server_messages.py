@@ -77,6 +77,24 @@ def test_a_tool_call_is_a_tool_use_block_streamed_or_not(serve: Callable[..., Se
     ]
 
 
+def test_message_start_splits_the_input_as_message_delta_does(serve: Callable[..., Server]) -> None:
+    """QA's case: on a prompt the prefix cache holds, message_start reported all of it as
+    input_tokens and message_delta 5 + 16 cache reads. message_start now comes once the
+    engine has read the prompt (as Anthropic's), with the same split."""
+    server = serve(respond=lambda req: ["Sunny", " in Oslo."])
+    body = {"model": MODEL, "max_tokens": 50, "messages": ASK, "stream": True}
+    for _ in range(2):  # the second request reads the first's blocks from the cache
+        resp = httpx.post(server.url + "/v1/messages", json=body, headers={"anthropic-version": "2023-06-01"})
+    payloads = {
+        e.split("\n")[0].removeprefix("event: "): json.loads(e.split("\n")[1][6:])
+        for e in resp.text.strip().split("\n\n")
+    }
+    start, end = payloads["message_start"]["message"]["usage"], payloads["message_delta"]["usage"]
+    assert end["cache_read_input_tokens"] > 0
+    split = ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
+    assert {k: start[k] for k in split} == {k: end[k] for k in split}
+
+
 def test_the_raw_stream_is_anthropics_event_sequence(serve: Callable[..., Server]) -> None:
     server = serve(respond=lambda req: ["Hi", " there", "\n", CALL])
     body = {"model": MODEL, "max_tokens": 100, "messages": ASK, "tools": TOOLS, "stream": True}

@@ -19,6 +19,7 @@ from callgate.serving.surfaces.protocol import parse_chat_request
 from callgate.serving.turn_events import (
     CallsAccepted,
     ContentDelta,
+    Prefilled,
     RoundStart,
     TurnDone,
     TurnEvent,
@@ -63,13 +64,29 @@ async def test_a_stop_string_is_named_in_done() -> None:
 async def test_accepted_calls_come_once_before_done() -> None:
     service, _ = _service([[call_text("get_weather", {"city": "Oslo"})]])
     events = await _events(service, tools=[WEATHER])
-    assert [type(ev).__name__ for ev in events] == ["RoundStart", "CallsAccepted", "TurnDone"]
-    accepted, done = events[1], events[2]
+    assert [type(ev).__name__ for ev in events] == ["RoundStart", "Prefilled", "CallsAccepted", "TurnDone"]
+    accepted, done = events[2], events[3]
     assert isinstance(accepted, CallsAccepted) and isinstance(done, TurnDone)
     [call] = accepted.calls
     assert (call.name, json.loads(call.arguments)) == ("get_weather", {"city": "Oslo"})
     assert done.calls == accepted.calls and done.finish_reason == "tool_calls"
     assert done.callgate["candidates"][0]["verdict"]["verdict"] == "accepted"
+
+
+async def test_each_round_says_when_its_prompt_is_read_with_the_usage_then() -> None:
+    """Prefilled comes with a round's first token, before its text: the prompt tokens and
+    prefix-cache hits (what Anthropic's message_start reports) are known from there."""
+    service, _ = _service([["Sunny", " in Oslo."], ["Sunny", " in Oslo."]])
+    first = await _events(service)
+    again = await _events(service)  # the same prompt: its whole blocks come from the cache
+    for events in (first, again):
+        assert isinstance(events[0], RoundStart) and isinstance(events[1], Prefilled)
+        assert isinstance(events[2], ContentDelta) and isinstance(events[-1], TurnDone)
+    start, done = again[1], again[-1]
+    assert isinstance(start, Prefilled) and isinstance(done, TurnDone)
+    assert start.usage.prompt_tokens == done.usage.prompt_tokens > 0
+    assert start.usage.cached_tokens == done.usage.cached_tokens > 0
+    assert isinstance(first[1], Prefilled) and first[1].usage.cached_tokens == 0
 
 
 async def test_a_rejected_round_is_followed_by_a_repair_round() -> None:
@@ -78,6 +95,7 @@ async def test_a_rejected_round_is_followed_by_a_repair_round() -> None:
     service, _ = _service([[bad], [good]])
     events = await _events(service, tools=[WEATHER])
     assert [ev for ev in events if isinstance(ev, RoundStart)] == [RoundStart(0), RoundStart(1)]
+    assert [ev.round for ev in events if isinstance(ev, Prefilled)] == [0, 1]
     [accepted] = [ev for ev in events if isinstance(ev, CallsAccepted)]
     assert accepted.round == 1 and json.loads(accepted.calls[0].arguments) == {"city": "Oslo"}
     done = events[-1]

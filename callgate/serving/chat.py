@@ -66,6 +66,7 @@ from callgate.serving.turn_events import (
     CallsAccepted,
     ContentDelta,
     FinishReason,
+    Prefilled,
     ReasoningDelta,
     RoundStart,
     TurnDone,
@@ -155,7 +156,11 @@ class ChatService:
                 yield RoundStart(rnd.index)
                 generation = generate_round(self.engine, self.settings.format, self.metrics, turn, rnd, self._prompt)
                 async with contextlib.aclosing(generation) as batches:
+                    prefilled = False
                     async for batch in batches:
+                        if not prefilled:  # the round's first batch comes with its first token
+                            prefilled = True
+                            yield Prefilled(rnd.index, turn.usage)
                         for ev in _text_events(batch, rnd.index):
                             yield ev
                         if cut_when_broken and any(

@@ -69,6 +69,7 @@ async def generate_round(
     constraint = turn.constraint if recovering is None else recovering.constraint
     stream = engine.generate(GenerationRequest(request_id, prompt.text, sampling, constraint, prompt.spans, prompt.ids))
     finished = False
+    prefilled = False
     last_s = turn.started_s
     base = turn.usage
     try:
@@ -94,8 +95,9 @@ async def generate_round(
             events = parser.feed(delta.text)
             if stops is not None:
                 events = stops.feed(events)
-            if events:
-                yield events
+            if events or not prefilled:
+                yield events  # the first delta's batch even when empty: the prompt is read (Prefilled)
+            prefilled = True
             if stops is not None and stops.stopped:
                 break
         if constraint is not None and turn.usage.completion_tokens - base.completion_tokens >= prompt.max_tokens:

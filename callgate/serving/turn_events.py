@@ -6,8 +6,9 @@ Messages) may see of a turn while it runs and when it ends. Does not know: any w
 A turn (ChatService.events) yields, in order:
 
     RoundStart(0)
+    Prefilled(0)                              the engine has read round 0's prompt
     (ContentDelta | ReasoningDelta)*          text of round 0, as generated
-    [RoundStart(1) (ContentDelta | ReasoningDelta)* ...]   a repair or recovery round (max_repairs)
+    [RoundStart(1) Prefilled(1) (ContentDelta | ReasoningDelta)* ...]   a repair or recovery round
     CallsAccepted                             only when the final round holds calls, all accepted
     TurnDone                                  always last
 
@@ -69,6 +70,16 @@ class TurnUsage:
 
 
 @dataclass(frozen=True, slots=True)
+class Prefilled:
+    """The engine has read the round's prompt and written its first token: `usage` is the
+    turn's so far, its prompt tokens and prefix-cache hits now known (Anthropic's
+    message_start reports them)."""
+
+    round: int
+    usage: TurnUsage
+
+
+@dataclass(frozen=True, slots=True)
 class TurnDone:
     """The end of a turn. `finish_reason` is OpenAI chat's ("length" whenever the output was
     cut, calls or not); `stop_sequence` is the stop string that ended the text, if one did;
@@ -84,4 +95,4 @@ class TurnDone:
     stop_sequence: str | None = None
 
 
-TurnEvent = RoundStart | ContentDelta | ReasoningDelta | CallsAccepted | TurnDone
+TurnEvent = RoundStart | Prefilled | ContentDelta | ReasoningDelta | CallsAccepted | TurnDone

@@ -28,6 +28,7 @@ from callgate.serving.turn import ChatFailure, Turn
 from callgate.serving.turn_events import (
     CallsAccepted,
     ContentDelta,
+    Prefilled,
     ReasoningDelta,
     RoundStart,
     TurnDone,
@@ -105,14 +106,16 @@ async def stream(
     message_delta); a failure ends it with an `error` event. Closing the generator early
     closes `events` (which aborts the generation)."""
     blocks = _Blocks(extra or {})
+    started = False
     try:
-        input_tokens = len(turn.prompt.ids) if turn.prompt is not None else 0
-        start = {**_head(turn, []), "stop_reason": None, "stop_sequence": None}
-        start["usage"] = {"input_tokens": input_tokens, "output_tokens": 0}
-        yield _event("message_start", {"type": "message_start", "message": start})
-        yield _event("ping", {"type": "ping"})
         async with contextlib.aclosing(events) as evs:
             async for ev in evs:
+                if not started and not isinstance(ev, RoundStart):  # Prefilled, unless the engine wrote nothing
+                    # once the engine has read the prompt, as Anthropic's: its usage splits the
+                    # input into uncached and prefix-cache reads as message_delta's will
+                    started = True
+                    yield _event("message_start", {"type": "message_start", "message": _start(turn, ev)})
+                    yield _event("ping", {"type": "ping"})
                 for name, payload in blocks.render(ev):
                     yield _event(name, payload)
     except ChatFailure as exc:
@@ -124,6 +127,12 @@ async def stream(
         yield _event("error", error_body(CallgateError("internal server error", code="internal_error")))
     finally:
         turn.close()
+
+
+def _start(turn: Turn, ev: TurnEvent) -> dict[str, Any]:
+    """message_start's message: no content yet; the usage known at `ev` (a Prefilled's)."""
+    usage = ev.usage if isinstance(ev, Prefilled | TurnDone) else turn.usage
+    return {**_head(turn, []), "stop_reason": None, "stop_sequence": None, "usage": usage_dict(usage)}
 
 
 class _Blocks:

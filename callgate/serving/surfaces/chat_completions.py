@@ -83,7 +83,7 @@ def _chunks(turn: Turn, ev: TurnEvent) -> list[dict[str, Any]]:
         if turn.req.include_usage:
             out.append(_chunk(turn, None, usage=_usage(ev.usage)))
         return out
-    return []  # RoundStart: nothing on this wire
+    return []  # RoundStart, Prefilled: nothing on this wire
 
 
 def _completion(turn: Turn, done: TurnDone) -> dict[str, Any]:

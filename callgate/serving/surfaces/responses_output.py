@@ -27,6 +27,7 @@ from callgate.serving.turn_events import (
     AcceptedCall,
     CallsAccepted,
     ContentDelta,
+    Prefilled,
     ReasoningDelta,
     RoundStart,
     TurnDone,
@@ -104,6 +105,8 @@ class ResponseRender:
             out = self._close()
             self._round_start = len(self.items)
             return out
+        if isinstance(ev, Prefilled):
+            return []
         if isinstance(ev, ContentDelta):
             return self._text("message", ev.text)
         if isinstance(ev, ReasoningDelta):
