@@ -10,7 +10,10 @@ import pytest
 
 from callgate.errors import InvalidRequestError, PayloadTooLargeError
 from callgate.serving.settings import Limits
+from callgate.serving.surfaces.anthropic_request import parse_messages_request
 from callgate.serving.surfaces.protocol import ChatRequest, chunk_dict, parse_chat_request
+from callgate.serving.surfaces.protocol_completions import parse_completion_request
+from callgate.serving.surfaces.responses_request import parse_responses_request
 
 WEATHER = {
     "type": "function",
@@ -233,3 +236,24 @@ def test_strict_tools_are_known_by_name() -> None:
         False,
     )
     assert req.schema_of("b") == {"type": "object", "properties": {}}
+
+
+@pytest.mark.parametrize(
+    ("parse", "body", "param"),
+    [
+        (parse_chat_request, b'{"messages": [{"role": "user", "content": "hi"}], "temperature": NaN}', "temperature"),
+        (parse_chat_request, b'{"messages": [{"role": "user", "content": "hi"}], "top_p": -Infinity}', "top_p"),
+        (
+            lambda body, limits: parse_messages_request(body, limits, "hermes"),
+            b'{"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}], "temperature": NaN}',
+            "temperature",
+        ),
+        (parse_responses_request, b'{"input": "hi", "temperature": Infinity}', "temperature"),
+        (parse_completion_request, b'{"prompt": "hi", "top_p": NaN}', "top_p"),
+    ],
+)
+def test_nan_and_infinity_are_refused_as_not_finite(parse: Any, body: bytes, param: str) -> None:
+    """QA's case: NaN temperature was refused as 'less than or equal to 2'."""
+    with pytest.raises(InvalidRequestError) as info:
+        parse(body, Limits())
+    assert info.value.param == param and "finite number" in str(info.value)

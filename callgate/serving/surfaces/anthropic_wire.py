@@ -16,13 +16,13 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
-from callgate.serving.surfaces.protocol_wire import CallgateExtensionWire
+from callgate.serving.surfaces.protocol_wire import WIRE_CONFIG, CallgateExtensionWire
 
 
 class _Wire(BaseModel):
-    model_config = ConfigDict(strict=True, extra="ignore", frozen=True)
+    model_config = WIRE_CONFIG
 
 
 class TextBlockWire(_Wire):

@@ -16,20 +16,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 from callgate.errors import InvalidRequestError
 from callgate.serving.settings import Limits
 from callgate.serving.surfaces.protocol_checks import check_stop
 from callgate.serving.surfaces.protocol_request import parse_logit_bias
-from callgate.serving.surfaces.protocol_wire import LogitBiasWire, StreamOptionsWire, read_wire
+from callgate.serving.surfaces.protocol_wire import WIRE_CONFIG, LogitBiasWire, StreamOptionsWire, read_wire
 
 TokenIds = list[Annotated[int, Field(ge=0)]]
 
 
 class CompletionWire(BaseModel):
-    # As the chat wire: strict types ("5" is not an int), unknown fields ignored.
-    model_config = ConfigDict(strict=True, extra="ignore", frozen=True)
+    model_config = WIRE_CONFIG
 
     model: str | None = None
     prompt: str | list[str] | TokenIds | list[TokenIds]

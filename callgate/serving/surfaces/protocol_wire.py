@@ -19,10 +19,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from callgate.errors import InvalidRequestError, PayloadTooLargeError
 
+# Every surface's request models: strict ("5" is not an int); unknown fields ignored, as
+# OpenAI-compatible servers do; NaN and infinities refused as what they are (not JSON
+# numbers), where a range check would have said "less than or equal to 2".
+WIRE_CONFIG = ConfigDict(strict=True, extra="ignore", frozen=True, allow_inf_nan=False)
+
 
 class _Wire(BaseModel):
-    # strict: "5" is not an int. Unknown fields are ignored, as OpenAI-compatible servers do.
-    model_config = ConfigDict(strict=True, extra="ignore", frozen=True)
+    model_config = WIRE_CONFIG
 
 
 class FunctionCallWire(_Wire):

@@ -12,15 +12,15 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
-from callgate.serving.surfaces.protocol_wire import CallgateExtensionWire, TemplateKwargsWire
+from callgate.serving.surfaces.protocol_wire import WIRE_CONFIG, CallgateExtensionWire, TemplateKwargsWire
 
 Effort = Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"]
 
 
 class _Wire(BaseModel):
-    model_config = ConfigDict(strict=True, extra="ignore", frozen=True)
+    model_config = WIRE_CONFIG
 
 
 class ReasoningWire(_Wire):
