@@ -424,3 +424,25 @@ def test_current_sdk_fields_and_older_sampling_fields(serve: Callable[..., Serve
             tools=[web_search],
             tool_choice={"type": "tool", "name": "web_search"},
         )
+
+
+def test_the_anthropic_client_lists_and_retrieves_models(serve: Callable[..., Server]) -> None:
+    """QA's case: /v1/models answered an Anthropic client in OpenAI's shape (its 404 too).
+    Anthropic's SDK sends `anthropic-version`: the model list, one model, the 404 and the
+    x-api-key check take Anthropic's shape; OpenAI's client still gets OpenAI's."""
+    server = serve(respond=lambda req: ["ok"], api_key="sekrit")
+    client = _client(server, api_key="sekrit")
+    page = client.models.list()
+    [listed] = page.data
+    assert (listed.type, listed.id, listed.display_name) == ("model", MODEL, MODEL)
+    assert listed.created_at.tzinfo is not None and page.has_more is False
+    one = client.models.retrieve(MODEL)
+    assert (one.type, one.id, one.created_at) == ("model", MODEL, listed.created_at)
+    with pytest.raises(anthropic.NotFoundError) as info:
+        client.models.retrieve("nope")
+    assert info.value.body["type"] == "error" and info.value.body["error"]["type"] == "not_found_error"
+    with pytest.raises(anthropic.AuthenticationError) as denied:
+        _client(server, api_key="wrong").models.list()
+    assert denied.value.body["error"]["type"] == "authentication_error"
+    assert [m.id for m in server.client("sekrit").models.list()] == [MODEL]  # OpenAI's shape for OpenAI's client
+    assert server.client("sekrit").models.retrieve(MODEL).object == "model"

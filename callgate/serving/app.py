@@ -32,7 +32,7 @@ from callgate.serving.handoff.validation_http import HttpValidator
 from callgate.serving.metrics import Metrics
 from callgate.serving.settings import Settings
 from callgate.serving.surfaces import anthropic_errors, sse
-from callgate.serving.surfaces.anthropic_routes import build_messages_router, is_anthropic_path
+from callgate.serving.surfaces.anthropic_routes import build_messages_router, is_anthropic
 from callgate.serving.surfaces.responses_routes import build_responses_router
 from callgate.serving.surfaces.responses_store import ResponseStore
 from callgate.serving.surfaces.routes import build_router
@@ -92,7 +92,7 @@ class _Gate:
         route = _route_label(scope["path"])
         if self._expected is not None and scope["path"] not in _OPEN_PATHS and not self._authorised(scope):
             err = AuthenticationError("missing or invalid API key", code="invalid_api_key")
-            await _error(err, scope["path"])(scope, receive, send)
+            await _error(err, scope)(scope, receive, send)
             self._metrics.request(route, 401)
             return
         status = 500
@@ -113,7 +113,7 @@ class _Gate:
             # Only uvicorn cancels a request task: the server is stopping and its grace period
             # is over. The client gets a clear ending instead of a bare 500 or a cut stream.
             status = 503 if not started else status
-            await _shutting_down(send, started, streaming, scope["path"])
+            await _shutting_down(send, started, streaming, scope)
         finally:
             self._metrics.request(route, status)
 
@@ -122,27 +122,27 @@ class _Gate:
         the Anthropic paths `x-api-key: KEY` instead where sent, as Anthropic's clients do."""
         assert self._expected is not None
         headers = dict(scope["headers"])
-        if b"x-api-key" in headers and is_anthropic_path(scope["path"]):
+        if b"x-api-key" in headers and is_anthropic(scope):
             return hmac.compare_digest(headers[b"x-api-key"], self._expected)
         scheme, _, key = headers.get(b"authorization", b"").partition(b" ")
         matches = hmac.compare_digest(key, self._expected)  # always: constant time whatever was sent
         return matches and scheme.lower() == b"bearer"
 
 
-async def _shutting_down(send: Send, started: bool, streaming: bool, path: str) -> None:
+async def _shutting_down(send: Send, started: bool, streaming: bool, scope: Scope) -> None:
     """End a request cancelled by the server's shutdown: a 503 error, or (a stream already
     under way) a terminal SSE error event and `[DONE]`."""
     err = ShuttingDownError()
     if started:
         if not streaming:
             body = b""
-        elif is_anthropic_path(path):
+        elif is_anthropic(scope):
             body = sse.named_event("error", anthropic_errors.error_body(err))
         else:
             body = sse.error_event(err.to_body()) + sse.DONE
         await send({"type": "http.response.body", "body": body})
         return
-    response = _error(err, path)
+    response = _error(err, scope)
     await send({"type": "http.response.start", "status": 503, "headers": response.raw_headers})
     await send({"type": "http.response.body", "body": response.body})
 
@@ -150,17 +150,17 @@ async def _shutting_down(send: Send, started: bool, streaming: bool, path: str) 
 def _install_error_handlers(app: FastAPI) -> None:
     async def callgate_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, CallgateError)
-        return _error(exc, request.url.path)
+        return _error(exc, request.scope)
 
     async def chat_failure(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, ChatFailure)
-        if is_anthropic_path(request.url.path):
-            return _error(exc.error, request.url.path, exc.callgate)
+        if is_anthropic(request.scope):
+            return _error(exc.error, request.scope, exc.callgate)
         return JSONResponse(exc.body(), status_code=exc.error.status, headers=exc.error.headers())
 
     async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
-        return _error(CallgateError.for_status(exc.status_code, str(exc.detail)), request.url.path)
+        return _error(CallgateError.for_status(exc.status_code, str(exc.detail)), request.scope)
 
     async def client_gone(request: Request, exc: Exception) -> Response:
         # the client closed its connection before its body arrived: nothing failed here,
@@ -170,7 +170,7 @@ def _install_error_handlers(app: FastAPI) -> None:
 
     async def unexpected(request: Request, exc: Exception) -> Response:
         log.exception("unhandled error on %s", request.url.path)
-        return _error(CallgateError("internal server error", code="internal_error"), request.url.path)
+        return _error(CallgateError("internal server error", code="internal_error"), request.scope)
 
     app.add_exception_handler(CallgateError, callgate_error)
     app.add_exception_handler(ChatFailure, chat_failure)
@@ -179,10 +179,10 @@ def _install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(Exception, unexpected)
 
 
-def _error(exc: CallgateError, path: str, callgate: Mapping[str, Any] | None = None) -> JSONResponse:
-    """The surface's error body (Anthropic's on its paths, else OpenAI's), with the headers
-    that say whether a retry can help (errors.py)."""
-    if is_anthropic_path(path):
+def _error(exc: CallgateError, scope: Scope, callgate: Mapping[str, Any] | None = None) -> JSONResponse:
+    """The surface's error body (Anthropic's on its requests, else OpenAI's), with the
+    headers that say whether a retry can help (errors.py)."""
+    if is_anthropic(scope):
         body = anthropic_errors.error_body(exc, callgate)
         return JSONResponse(body, status_code=exc.status, headers=exc.headers() or anthropic_errors.retry_headers(exc))
     return JSONResponse(exc.to_body(), status_code=exc.status, headers=exc.headers())

@@ -15,6 +15,7 @@ final round's). Does not know: how a turn runs, HTTP.
 from __future__ import annotations
 
 import contextlib
+import datetime
 import json
 import logging
 from collections.abc import AsyncGenerator, Mapping
@@ -88,6 +89,17 @@ def _message(turn: Turn, done: TurnDone, extra: Mapping[str, Any]) -> dict[str, 
         "usage": usage_dict(done.usage),
         "callgate": {**done.callgate, **extra},
     }
+
+
+def model_list(model: str, created: int) -> dict[str, Any]:
+    """GET /v1/models as Anthropic's API lists models (one page)."""
+    return {"data": [model_object(model, created)], "has_more": False, "first_id": model, "last_id": model}
+
+
+def model_object(model: str, created: int) -> dict[str, Any]:
+    """One model as Anthropic's API describes it (`created_at` in RFC 3339)."""
+    at = datetime.datetime.fromtimestamp(created, datetime.UTC).isoformat().replace("+00:00", "Z")
+    return {"type": "model", "id": model, "display_name": model, "created_at": at}
 
 
 def _head(turn: Turn, content: list[dict[str, Any]]) -> dict[str, Any]:

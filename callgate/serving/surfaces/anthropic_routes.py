@@ -10,9 +10,12 @@ the error shape (app.py renders errors on these paths with anthropic_errors.py).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import anyio
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
+from starlette.types import Scope
 
 from callgate.serving.chat import ChatService
 from callgate.serving.conform import conform_chat
@@ -29,6 +32,19 @@ PATH_PREFIX = "/v1/messages"
 def is_anthropic_path(path: str) -> bool:
     """Whether `path` is on the Anthropic surface (its errors take Anthropic's shape)."""
     return path == PATH_PREFIX or path.startswith(PATH_PREFIX + "/")
+
+
+def is_anthropic(scope: Scope) -> bool:
+    """Whether a request is on the Anthropic surface: its paths, or /v1/models[/{id}] (a path
+    both APIs share) from a client that sends `anthropic-version`, as Anthropic's SDKs do."""
+    path = scope["path"]
+    if is_anthropic_path(path):
+        return True
+    return (path == "/v1/models" or path.startswith("/v1/models/")) and wants_anthropic(scope["headers"])
+
+
+def wants_anthropic(headers: Iterable[tuple[bytes, bytes]]) -> bool:
+    return any(name.lower() == b"anthropic-version" for name, _ in headers)
 
 
 def build_messages_router(service: ChatService) -> APIRouter:

@@ -25,7 +25,7 @@ from callgate.serving.conform import conform_quick
 from callgate.serving.handoff.idempotency import ACTOR_HEADER, resolve_actor
 from callgate.serving.metrics import CONTENT_TYPE, Metrics
 from callgate.serving.quick.service import Conversation, QuickResult
-from callgate.serving.surfaces import sse
+from callgate.serving.surfaces import anthropic_response, sse
 from callgate.serving.surfaces.completions import CompletionService
 from callgate.serving.surfaces.protocol import (
     ChatCompletionWire,
@@ -82,13 +82,18 @@ def build_router(service: ChatService, metrics: Metrics) -> APIRouter:
             return Response(status_code=499)
         return JSONResponse({"object": "callgate.quick", "model": settings.model_name, **result})
 
+    # Both APIs list models at /v1/models; Anthropic's SDKs send `anthropic-version`
     @router.get("/v1/models")
-    async def models() -> JSONResponse:
+    async def models(request: Request) -> JSONResponse:
+        if "anthropic-version" in request.headers:
+            return JSONResponse(anthropic_response.model_list(settings.model_name, created))
         return JSONResponse(models_dict(settings.model_name, created, service.engine.max_model_len))
 
     @router.get("/v1/models/{model:path}")  # :path — served names often hold a slash (org/name)
-    async def model(model: str) -> JSONResponse:
+    async def model(model: str, request: Request) -> JSONResponse:
         _check_served(model, settings.model_name)
+        if "anthropic-version" in request.headers:
+            return JSONResponse(anthropic_response.model_object(settings.model_name, created))
         [entry] = models_dict(settings.model_name, created, service.engine.max_model_len)["data"]
         return JSONResponse(entry)
 
