@@ -1,9 +1,10 @@
 """The ASGI application: `create_app(settings, engine=..., validator=...)`.
 
 Knows: how the parts are wired (engine, validator, chat service, metrics, routes), the
-API-key check (`Authorization: Bearer KEY`; Anthropic's `x-api-key: KEY` on its paths), and how every
-error reaches the client: as OpenAI's error body, or on the Anthropic paths (/v1/messages...)
-as Anthropic's, with its retry headers (anthropic_errors.py).
+API-key check (`Authorization: Bearer KEY`; Anthropic's `x-api-key: KEY` on its requests), and how
+every error reaches the client: as OpenAI's error body, or on Anthropic's requests (/v1/messages...,
+and /v1/models from a client sending `anthropic-version`) as Anthropic's, with its retry headers
+(anthropic_errors.py).
 Does not know: how an engine or validator is built from the CLI (`__main__` does that),
 the chat flow, or the wire shapes.
 """
