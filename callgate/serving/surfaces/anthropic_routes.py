@@ -10,11 +10,10 @@ the error shape (app.py renders errors on these paths with anthropic_errors.py).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 import anyio
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
+from starlette.datastructures import Headers
 from starlette.types import Scope
 
 from callgate.serving.chat import ChatService
@@ -40,11 +39,7 @@ def is_anthropic(scope: Scope) -> bool:
     path = scope["path"]
     if is_anthropic_path(path):
         return True
-    return (path == "/v1/models" or path.startswith("/v1/models/")) and wants_anthropic(scope["headers"])
-
-
-def wants_anthropic(headers: Iterable[tuple[bytes, bytes]]) -> bool:
-    return any(name.lower() == b"anthropic-version" for name, _ in headers)
+    return (path == "/v1/models" or path.startswith("/v1/models/")) and "anthropic-version" in Headers(scope=scope)
 
 
 def build_messages_router(service: ChatService) -> APIRouter:
