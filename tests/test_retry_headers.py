@@ -6,7 +6,6 @@ real server on the FakeEngine, counting the requests the server saw in /metrics.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from typing import Any
 
@@ -17,7 +16,7 @@ import pytest
 from callgate import errors
 from tests import test_server_openai
 from tests.test_server_app import ASK, MODEL, WEATHER, call_text
-from tests.test_server_openai import Server
+from tests.test_server_openai import Server, requests_seen
 
 serve = test_server_openai.serve  # the real-server fixture
 
@@ -55,12 +54,6 @@ def test_framework_statuses_and_unknown_failures() -> None:
     assert errors.CallgateError.for_status(409, "Conflict").headers() == {"x-should-retry": "true"}
     assert errors.EngineError("engine died").headers() == {}  # unknown: the client's own rules decide
     assert errors.CallgateError("internal server error").headers() == {}
-
-
-def requests_seen(server: Server, status: int, route: str = "/v1/chat/completions") -> int:
-    text = httpx.get(server.url + "/metrics", timeout=5).text
-    found = re.search(rf'^callgate_requests_total\{{route="{re.escape(route)}",status="{status}"\}} (\S+)$', text, re.M)
-    return 0 if found is None else int(float(found.group(1)))
 
 
 def retrying_client(server: Server) -> Any:

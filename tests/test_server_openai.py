@@ -269,7 +269,8 @@ def test_queue_full_and_validator_down(serve: Callable[..., Server]) -> None:
     assert down.value.body["type"] == "validator_unavailable"
 
 
-def _status_count(server: Server, route: str, status: int) -> int:
+def requests_seen(server: Server, status: int, route: str = "/v1/chat/completions") -> int:
+    """How many requests to `route` the server counted with `status` (its /metrics)."""
     text = httpx.get(server.url + "/metrics", timeout=5).text
     found = re.search(rf'^callgate_requests_total\{{route="{re.escape(route)}",status="{status}"\}} (\S+)$', text, re.M)
     return 0 if found is None else int(float(found.group(1)))
@@ -290,8 +291,8 @@ def test_a_client_gone_while_sending_its_body_is_a_499_not_an_error(
         head = f"POST {route} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
         head += "Content-Length: 1000\r\n\r\n"
         sock.sendall(head.encode() + b'{"model":')
-    _wait_for(lambda: _status_count(server, route, 499) == 1)
-    assert _status_count(server, route, 500) == 0
+    _wait_for(lambda: requests_seen(server, 499, route) == 1)
+    assert requests_seen(server, 500, route) == 0
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
     done = server.client().chat.completions.create(model=MODEL, messages=ASK)  # and the server serves on
     assert done.choices[0].message.content == "ok"
