@@ -142,8 +142,9 @@ async def stream(
 
 
 def _start(turn: Turn, ev: TurnEvent) -> dict[str, Any]:
-    """message_start's message: no content yet; the usage known at `ev` (a Prefilled's)."""
-    usage = ev.usage if isinstance(ev, Prefilled | TurnDone) else turn.usage
+    """message_start's message: no content yet; the usage known at `ev` (a Prefilled's; the
+    turn's so far when the engine wrote nothing and `ev` is its TurnDone)."""
+    usage = ev.usage if isinstance(ev, Prefilled) else turn.usage
     return {**_head(turn, []), "stop_reason": None, "stop_sequence": None, "usage": usage_dict(usage)}
 
 
